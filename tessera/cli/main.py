@@ -1,0 +1,36 @@
+"""`tessera` command line: wiring only. Each subcommand lives in its own module with `register()`."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tessera.cli import node, plan, render, scheduler, sim, validate
+
+_COMMANDS = (validate, plan, render, sim, scheduler, node)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tessera",
+        description="GPU sharing for Kubernetes: validate, plan, render, simulate and run Tessera.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in _COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Names shared by every Tessera component: resources, labels, annotations and the allocation record.
+
+This module is the single source of truth for the strings that cross process boundaries (stack
+config -> node labels -> scheduler extender -> pod annotations -> device plugin -> node agent).
+It has no dependencies so that every part (Pulumi program, extender, node DaemonSet, webhook) can
+import it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, NewType
+
+# --- extended resources -------------------------------------------------------------------------
+GPU_CORE: Final = "tessera.dev/gpu-core"  # percent of one GPU; N*100 = N whole GPUs
+GPU_MEMORY: Final = "tessera.dev/gpu-memory"  # MiB per GPU the container uses
+QGPU_CORE: Final = "tke.cloud.tencent.com/qgpu-core"  # alias accepted on opted-in pools (percent)
+QGPU_MEMORY: Final = "tke.cloud.tencent.com/qgpu-memory"  # alias accepted on opted-in pools (GiB)
+NVIDIA_GPU: Final = "nvidia.com/gpu"
+CORE_PER_GPU: Final = 100
+
+# --- node labels (set by the node pool from stack config) ---------------------------------------
+LABEL_POOL: Final = "tessera.dev/pool"
+LABEL_POOL_KIND: Final = "tessera.dev/pool-kind"  # nvidia | shared | mig | timeslice
+LABEL_SHARING_POLICY: Final = "tessera.dev/sharing-policy"  # best-effort | fixed-share | burst-share
+LABEL_GPU_PLACEMENT: Final = "tessera.dev/gpu-placement"  # binpack | spread (GPU level, per pool)
+LABEL_ONLINE_OFFLINE: Final = "tessera.dev/online-offline"  # "true" | "false"
+LABEL_MEMORY_ENFORCEMENT: Final = "tessera.dev/memory-enforcement"  # warn | enforce
+LABEL_GPUTYPE: Final = "gputype"  # the seed's label, kept for qGPU users
+TAINT_GPU: Final = "tessera.dev/gpu"  # NoSchedule taint on every GPU pool; value = pool kind
+# gpu-operator's switches (see docs/architecture.md)
+LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY: Final = "nvidia.com/gpu.deploy.device-plugin"
+LABEL_NVIDIA_MIG_CONFIG: Final = "nvidia.com/mig.config"
+LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG: Final = "nvidia.com/device-plugin.config"
+PAUSED_FOR_MIG_CHANGE: Final = "paused-for-mig-change"
+
+# --- node annotations (written by the node DaemonSet, read by the extender) ---------------------
+ANNOTATION_NODE_GPUS: Final = "tessera.dev/gpus"  # JSON list of NodeGpu.to_json()
+
+# --- pod annotations ----------------------------------------------------------------------------
+ANNOTATION_APP_CLASS: Final = "tessera.dev/app-class"  # online | offline
+ANNOTATION_ALLOCATION: Final = "tessera.dev/allocation"  # JSON Allocation, written at bind
+ANNOTATION_ASSUME_TIME: Final = "tessera.dev/assume-time"  # RFC 3339, written at bind
+ANNOTATION_GPU_INDEX_PREFIX: Final = "tessera.dev/gpu-index-container-"  # + container name -> "0,1"
+ANNOTATION_ALLOCATION_CONFIGMAP: Final = "tessera.dev/allocation-configmap"  # set by the webhook
+SCHEDULER_NAME: Final = "tessera-scheduler"
+
+AppClass = Literal["online", "offline"]
+PoolKind = Literal["nvidia", "shared", "mig", "timeslice"]
+SharingPolicy = Literal["best-effort", "fixed-share", "burst-share"]
+GpuPlacement = Literal["binpack", "spread"]
+NodePlacement = Literal["binpack", "spread", "fragmentation-aware"]
+GpuUuid = NewType("GpuUuid", str)
+
+# env keys the extender writes into the per-pod allocation ConfigMap, one set per container under
+# "<container>.<KEY>"; the webhook injects them into the container with configMapKeyRef.
+ALLOCATION_ENV_KEYS: Final = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "TESSERA_GPU_CORE",
+    "TESSERA_GPU_MEMORY_MIB",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_LOG_DIRECTORY",
+)
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    """One GPU as the node DaemonSet reports it on the node annotation."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    healthy: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "uuid": self.uuid, "model": self.model, "memoryMiB": self.memory_mib, "healthy": self.healthy}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> NodeGpu:
+        return NodeGpu(int(data["index"]), str(data["uuid"]), str(data["model"]), int(data["memoryMiB"]), bool(data.get("healthy", True)))
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """The part of one GPU given to one container."""
+
+    index: int
+    uuid: str
+    core: int  # percent of this GPU (100 for a whole GPU)
+    memory_mib: int  # MiB on this GPU (0 = no memory limit was asked; whole-GPU requests get the full memory)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "uuid": self.uuid, "core": self.core, "memoryMiB": self.memory_mib}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> GpuShare:
+        return GpuShare(int(data["index"]), str(data["uuid"]), int(data["core"]), int(data["memoryMiB"]))
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the scheduler extender decided for one pod; recorded on the pod at bind.
+
+    The state of every shared node is rebuilt from these records after a restart, and the node
+    side reads them to give each container exactly its GPU(s) and limits.
+    """
+
+    node: str
+    assumed_at: str  # RFC 3339
+    containers: dict[str, tuple[GpuShare, ...]] = field(default_factory=dict)
+    version: int = 1
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "v": self.version,
+                "node": self.node,
+                "assumedAt": self.assumed_at,
+                "containers": {c: [s.to_json() for s in shares] for c, shares in sorted(self.containers.items())},
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    @staticmethod
+    def from_json(text: str) -> Allocation:
+        data = json.loads(text)
+        return Allocation(
+            node=str(data["node"]),
+            assumed_at=str(data["assumedAt"]),
+            containers={str(c): tuple(GpuShare.from_json(s) for s in shares) for c, shares in data["containers"].items()},
+            version=int(data.get("v", 1)),
+        )
+
+    def pod_annotations(self) -> dict[str, str]:
+        """The annotations written on the pod at bind."""
+        out = {ANNOTATION_ALLOCATION: self.to_json(), ANNOTATION_ASSUME_TIME: self.assumed_at}
+        for container, shares in self.containers.items():
+            out[ANNOTATION_GPU_INDEX_PREFIX + container] = ",".join(str(s.index) for s in shares)
+        return out
