@@ -1,26 +1,38 @@
-# Entry points for people and CI. `make install` once, then `make up STACK=dev` or `make test`.
+# Entry points for people and CI. Every target installs the pinned environment first if needed.
 PY ?= .venv/bin/python
 STACK ?= dev
+VENV_STAMP := .venv/.installed
 
-.PHONY: install up preview test typecheck render
+.PHONY: install preview up test typecheck unit render validate plan
 
-install:
+$(VENV_STAMP): requirements.txt pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -r requirements.txt
 	.venv/bin/pip install -q --no-deps -e .
+	touch $(VENV_STAMP)
 
-preview:
+install: $(VENV_STAMP)
+
+preview: $(VENV_STAMP)
 	bash scripts/pulumi-stack.sh preview $(STACK)
 
-up:
+up: $(VENV_STAMP)
 	bash scripts/pulumi-stack.sh up $(STACK)
 
-typecheck:
+validate: $(VENV_STAMP)
+	.venv/bin/tessera validate stacks/Pulumi.*.yaml
+
+plan: $(VENV_STAMP)
+	.venv/bin/tessera plan stacks/Pulumi.$(STACK).yaml
+
+render: $(VENV_STAMP)
+	.venv/bin/tessera render stacks/Pulumi.$(STACK).yaml -o out/$(STACK)
+
+typecheck: $(VENV_STAMP)
 	$(PY) -m mypy components tessera node-agent/tessera_node
 
-test: typecheck
+unit: $(VENV_STAMP)
 	$(PY) -m pytest
 
-render:
-	$(PY) -m tessera.cli.main render stacks/Pulumi.$(STACK).yaml -o out/$(STACK)
+test: typecheck unit

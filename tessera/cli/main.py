@@ -5,9 +5,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from tessera.cli import node, plan, render, scheduler, sim, validate
+from tessera.cli import node, plan, render, repartition, scheduler, sim, validate, webhook
 
-_COMMANDS = (validate, plan, render, sim, scheduler, node)
+_COMMANDS = (validate, plan, render, sim, scheduler, webhook, node, repartition)
 
 
 def build_parser() -> argparse.ArgumentParser:
