@@ -141,3 +141,60 @@ class Allocation:
         for container, shares in self.containers.items():
             out[ANNOTATION_GPU_INDEX_PREFIX + container] = ",".join(str(s.index) for s in shares)
         return out
+
+
+# --- in-cluster deployment names (tessera/manifests; read by the webhook and docs) --------------
+TESSERA_NAMESPACE: Final = "tessera-system"  # every Tessera workload runs here
+PRIORITY_CLASS_ONLINE: Final = "tessera-online"
+PRIORITY_CLASS_OFFLINE: Final = "tessera-offline"
+EXTENDER_SERVICE: Final = "tessera-extender"  # Service in TESSERA_NAMESPACE in front of `tessera scheduler serve`
+EXTENDER_PORT: Final = 8888
+# Per-pool sharing settings (JSON object pool name -> settings) in TESSERA_NAMESPACE, mounted into the
+# extender, the node agent and the webhook at POOLS_FILE. A policy edit changes only this ConfigMap
+# (and the pool's node labels), never a pod template, so it rolls out without restarts.
+POOLS_CONFIGMAP: Final = "tessera-pools"
+POOLS_CONFIGMAP_KEY: Final = "pools.json"
+POOLS_FILE: Final = "/etc/tessera/pools/pools.json"
+ENV_POOLS_FILE: Final = "TESSERA_POOLS_FILE"
+
+
+# --- per-pool config names carried by node labels (node pool sets them; tessera/manifests writes the
+# matching mig-parted config entry and device-plugin config key) -------------------------------------
+def mig_config_name(pool: str) -> str:
+    """Value of `nvidia.com/mig.config` on a mig pool's nodes: the mig-parted config entry for the pool.
+
+    One entry per pool (named after it) rather than a named layout such as `all-1g.5gb`, so that a
+    custom profile and a named layout are handled the same way and two pools never share an entry.
+    Scheduled re-partitioning relabels nodes to other entries; this is the pool's default one.
+    """
+    return f"tessera-{pool}"
+
+
+def device_plugin_config_name(pool: str) -> str:
+    """Value of `nvidia.com/device-plugin.config` on mig/timeslice nodes: the pool's key in the NVIDIA
+    device plugin config map (time-slicing replicas, MIG strategy)."""
+    return f"tessera-{pool}"
+
+
+# --- admission webhook and scheduled re-partitioning (tessera/webhook, tessera/repartition) ------
+# Namespace label: pods in a namespace labelled "true" may use qGPU names on any shared pool.
+LABEL_NAMESPACE_QGPU_ALIASES: Final = "tessera.dev/qgpu-aliases"
+# Node label on shared pools: most pods sharing one GPU (set by scheduled re-partitioning; absent =
+# no cap beyond gpu-core capacity). The extender filters GPUs already holding this many pods.
+LABEL_MAX_SHARES_PER_GPU: Final = "tessera.dev/max-shares-per-gpu"
+# Node label: index of the re-partitioning layout last applied to the node ("default" = the pool's own).
+LABEL_LAYOUT: Final = "tessera.dev/layout"
+
+
+# --- MPS directories (extender writes them into the allocation ConfigMap; node agent creates them) --
+MPS_ROOT: Final = "/run/tessera/mps"  # one control daemon per GPU under <root>/<gpu-uuid>/{pipe,log}
+
+
+def mps_pipe_directory(gpu_uuid: str) -> str:
+    """CUDA_MPS_PIPE_DIRECTORY of containers on the GPU `gpu_uuid`."""
+    return f"{MPS_ROOT}/{gpu_uuid}/pipe"
+
+
+def mps_log_directory(gpu_uuid: str) -> str:
+    """CUDA_MPS_LOG_DIRECTORY of containers on the GPU `gpu_uuid`."""
+    return f"{MPS_ROOT}/{gpu_uuid}/log"

@@ -1,10 +1,66 @@
-"""`tessera plan` (owned by the team building it; replaced as the feature lands)."""
+"""`tessera plan STACK_FILE [--json]`: what a stack will create, per pool and in total."""
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
+
+from components.config import ConfigError, load_stack_file
+from components.config.plan import PoolPlan, Range, StackPlan, plan_stack
+from tessera.cli.validate import EXIT_INVALID, problem_lines
+
+
+def _range(r: Range) -> str:
+    return f"{r.min}/{r.desired}/{r.max}"
+
+
+def _pool_lines(pool: PoolPlan) -> list[str]:
+    where = pool.instance_type or "existing nodes"
+    lines = [
+        f"pool {pool.name} ({pool.kind}) on {where}: {pool.gpus_per_node} x {pool.gpu_model} ({pool.gpu_memory_mib} MiB) per node",
+        f"  nodes min/desired/max: {_range(pool.nodes)}    GPUs: {_range(pool.gpus)}",
+    ]
+    for name, amount in pool.capacity().items():
+        lines.append(f"  {name}: {pool.capacity_per_node[name]} per node, {_range(amount)} in the pool")
+    lines += [f"  {detail}" for detail in pool.details]
+    lines += [f"  schedule {s.name}: {s.cron} ({s.timezone}) -> {s.layout}" for s in pool.schedule]
+    lines.append(f"  runs: {', '.join(pool.components)}")
+    return lines
+
+
+def format_plan(plan: StackPlan) -> str:
+    where = f"{plan.provider} cluster {plan.cluster_name}" + (f" in {plan.region}" if plan.provider == "tke" and plan.region else "")
+    lines = [f"{where}, Kubernetes {plan.kubernetes_version or 'as running'}", ""]
+    for pool in plan.pools:
+        lines += _pool_lines(pool) + [""]
+    lines.append(f"totals (min/desired/max): nodes {_range(plan.nodes)}, GPUs {_range(plan.gpus)}")
+    lines += [f"  {model}: {_range(r)} GPUs" for model, r in plan.gpus_by_model().items()]
+    lines += [f"  {name}: {_range(r)}" for name, r in plan.capacity().items()]
+    lines.append(f"cluster components: {', '.join(plan.cluster_components) or 'none'}")
+    for namespace, hard in plan.quotas.items():
+        lines.append(f"quota {namespace}: " + ", ".join(f"{k}={v}" for k, v in hard.items()))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_stack_file(args.stack_file)
+    except ConfigError as error:
+        print("\n".join(problem_lines(args.stack_file, error)), file=sys.stderr)
+        return EXIT_INVALID
+    plan = plan_stack(cfg)
+    print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan))
+    return 0
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("plan", help="(in progress)")
-    parser.set_defaults(handler=lambda _args: 1)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "plan",
+        help="show the pools, GPUs and capacity a stack creates",
+        description="Show what a stack will create: per pool the kind, instance type, GPU model, node and GPU "
+        "counts (min/desired/max), shareable capacity and in-cluster components; totals for the stack.",
+    )
+    parser.add_argument("stack_file", metavar="STACK_FILE", help="e.g. stacks/Pulumi.prod.yaml")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=run)

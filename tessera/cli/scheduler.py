@@ -1,10 +1,101 @@
-"""`tessera scheduler` (owned by the team building it; replaced as the feature lands)."""
+"""`tessera scheduler serve`: run the kube-scheduler extender (wiring only)."""
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
 from typing import Any
+
+from tessera.contract import EXTENDER_PORT
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("scheduler", help="(in progress)")
-    parser.set_defaults(handler=lambda _args: 1)
+    parser: argparse.ArgumentParser = sub.add_parser("scheduler", help="run the kube-scheduler extender for fractional GPUs")
+    actions = parser.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
+    serve = actions.add_parser(
+        "serve",
+        help="serve /filter, /prioritize, /bind, /healthz, /metrics",
+        description="Run the extender in a cluster (in-cluster service account, or --kubeconfig), "
+        "or with --simulate against an in-memory cluster built from a node CSV (demo and load tests).",
+    )
+    serve.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    serve.add_argument("--context", help="kubeconfig context (default: the file's current context)")
+    serve.add_argument("--placement", default=None, metavar="POLICY", help="node placement policy (default fragmentation-aware)")
+    serve.add_argument("--port", type=int, default=EXTENDER_PORT, help=f"listen port (default {EXTENDER_PORT}; 0 picks a free one)")
+    serve.add_argument("--bind-address", default=None, help="listen address (default 0.0.0.0, or 127.0.0.1 with --simulate)")
+    serve.add_argument("--simulate", type=Path, metavar="NODES.csv", help="serve an in-memory cluster from an openb-schema node CSV")
+    serve.add_argument(
+        "--gpu-placement", choices=["binpack", "spread"], help="with --simulate: GPU-level placement label of the simulated pool"
+    )
+    serve.add_argument("--assume-ttl", type=float, default=300.0, help="seconds an annotated but unbound pod keeps its GPUs (default 300)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from tessera.alloc import DEFAULT_POLICY, PlacementPolicy
+    from tessera.kube.api import KubeApi, KubeApiError
+    from tessera.scheduler.http_server import ServerSettings
+    from tessera.scheduler.service import ExtenderConfig, ExtenderService
+    from tessera.scheduler.state import StateSettings
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        policy = PlacementPolicy.parse(args.placement) if args.placement else DEFAULT_POLICY
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.gpu_placement and not args.simulate:
+        print("error: --gpu-placement only applies with --simulate; in a cluster it is the pool's node label", file=sys.stderr)
+        return 2
+    host = args.bind_address or ("127.0.0.1" if args.simulate else "0.0.0.0")
+    simulate = args.simulate is not None
+    api: KubeApi
+    pod_sink = None
+    if simulate:
+        from tessera.scheduler.simulate import ensure_pod, simulated_api
+        from tessera.sim.trace import TraceError
+
+        try:
+            fake = simulated_api(args.simulate, gpu_placement=args.gpu_placement)
+        except TraceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        api = fake
+
+        def pod_sink(pod: dict[str, Any]) -> dict[str, Any]:
+            return ensure_pod(fake, pod)
+
+    else:
+        from tessera.kube.client import ClientSettings, KubernetesClientApi
+
+        try:
+            api = KubernetesClientApi.connect(ClientSettings(kubeconfig=args.kubeconfig, context=args.context))
+        except KubeApiError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
+    config = ExtenderConfig(
+        policy=policy,
+        server=ServerSettings(host=host, port=args.port),
+        state=StateSettings(track_host_resources=simulate, assume_ttl_s=args.assume_ttl),
+    )
+    try:
+        service = ExtenderService(api, config, pod_sink=pod_sink)
+    except OSError as exc:
+        print(f"error: cannot listen on {host}:{args.port}: {exc.strerror}; pick another --port", file=sys.stderr)
+        return 1
+    if not service.start(wait_ready_s=60.0):
+        print("warning: the cache is not in sync yet; /healthz answers 503 until it is", file=sys.stderr)
+    nodes, _, gpus, _ = service.state.summary()
+    mode = f"simulated cluster from {args.simulate}" if simulate else "Kubernetes API"
+    print(f"tessera extender on {service.url} ({mode}: {nodes} nodes, {gpus} GPUs; policy {policy.value})", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+    service.stop()
+    return 0

@@ -1,10 +1,43 @@
-"""`tessera validate` (owned by the team building it; replaced as the feature lands)."""
+"""`tessera validate STACK_FILE...`: check stack files before anything reaches the cloud.
+
+Exit 0 when every file is valid (`<file>: ok`); exit 2 with one `<file>: <path>: <message>` line per
+problem otherwise. Never a traceback for a user mistake.
+"""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+from components.config import ConfigError, load_stack_file
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+
+
+def problem_lines(file: str, error: ConfigError) -> list[str]:
+    return [f"{file}: {problem}" for problem in error.problems]
+
+
+def run(args: argparse.Namespace) -> int:
+    code = EXIT_OK
+    for file in args.stack_files:
+        try:
+            load_stack_file(file)
+        except ConfigError as error:
+            code = EXIT_INVALID
+            print("\n".join(problem_lines(file, error)), file=sys.stdout)
+            continue
+        print(f"{file}: ok")
+    return code
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("validate", help="(in progress)")
-    parser.set_defaults(handler=lambda _args: 1)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "validate",
+        help="check stack files (exit 0 valid, 2 invalid)",
+        description="Validate Pulumi stack files against Tessera's configuration model. "
+        "Prints '<file>: ok' or one '<file>: <path>: <message>' line per problem; exits 2 if any file is invalid.",
+    )
+    parser.add_argument("stack_files", nargs="+", metavar="STACK_FILE", help="e.g. stacks/Pulumi.dev.yaml")
+    parser.set_defaults(handler=run)

@@ -1,0 +1,58 @@
+"""The Pulumi program's body: read stack config -> validate -> one TesseraStack -> exports.
+
+`__main__.py` only calls `main()`. Validation happens before any resource is declared: a bad
+config is reported as `path: message` lines (the same lines `tessera validate` prints) and the
+program stops with `pulumi.RunError`, which Pulumi shows without a traceback.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import pulumi
+import pulumi.runtime
+
+from components.config import ConfigError, StackConfig, from_pulumi_mapping
+from components.stack import TesseraStack
+
+NAMESPACE: Final = "tessera"
+REGION_KEY: Final = "tencentcloud:region"
+
+
+def _select_config(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What `from_pulumi_mapping` takes: every `tessera:*` key without its prefix (so misspelt keys are
+    reported, not ignored) and `region` for `tencentcloud:region`."""
+    selected: dict[str, Any] = {}
+    for key, value in sorted(raw.items()):
+        if key == REGION_KEY:
+            selected["region"] = value
+        elif key.startswith(NAMESPACE + ":"):
+            selected[key.removeprefix(NAMESPACE + ":")] = value  # JSON text is decoded by the loader
+    return selected
+
+
+def _all_config() -> dict[str, Any]:
+    """Every config value the engine gave this program (environment first, explicit settings win)."""
+    merged: dict[str, Any] = dict(pulumi.runtime.get_config_env())
+    merged.update(pulumi.runtime.config.CONFIG.get())
+    return merged
+
+
+def load_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
+    """Validated stack config, or `pulumi.RunError` after logging one `path: message` line per problem."""
+    try:
+        return from_pulumi_mapping(_select_config(_all_config() if raw is None else raw))
+    except ConfigError as err:
+        for problem in err.problems:
+            pulumi.log.error(str(problem))
+        lines = "\n".join(f"  {problem}" for problem in err.problems)
+        raise pulumi.RunError(f"the stack config is not valid; nothing was deployed:\n{lines}\nfix these keys (see `tessera validate`)") from None
+
+
+def main() -> None:
+    config = load_config()
+    stack = TesseraStack("tessera", config)
+    pulumi.export("clusterId", stack.cluster_id)
+    pulumi.export("kubeconfig", stack.kubeconfig)
+    pulumi.export("poolNames", stack.pool_names)
+    pulumi.export("plan", stack.plan)

@@ -1,0 +1,97 @@
+"""`TesseraStack`: the one top-level component `__main__.py` creates.
+
+cluster (TKE: network, cluster, node pools, endpoint | existing: kubeconfig only)
+  -> Kubernetes provider from the kubeconfig
+  -> in-cluster platform (components.platform.TesseraPlatform), after the node pools exist.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+import components.platform as platform_package
+from components.config.stack import StackConfig
+from components.existing import ExistingCluster
+from components.tke.cluster import TkeCluster
+
+
+class PlatformFactory(Protocol):
+    """The constructor of the in-cluster platform component (components.platform.TesseraPlatform)."""
+
+    def __call__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> pulumi.ComponentResource: ...
+
+
+def _platform_factory() -> PlatformFactory | None:
+    """The platform component when its package provides one; real import errors are not hidden."""
+    factory: PlatformFactory | None = getattr(platform_package, "TesseraPlatform", None)
+    return factory
+
+
+def _build_plan_summary(config: StackConfig) -> dict[str, Any]:
+    """What the stack declares per pool, as a stack output (a short form of `tessera plan`)."""
+    pools: list[dict[str, Any]] = []
+    totals = {"min": 0, "desired": 0, "max": 0}
+    for pool in config.node_pools:
+        per_node = pool.gpus_per_node()
+        gpus = {"min": pool.min_size * per_node, "desired": pool.desired * per_node, "max": pool.max_size * per_node}
+        for key, count in gpus.items():
+            totals[key] += count
+        pools.append(
+            {
+                "name": pool.name,
+                "kind": pool.kind,
+                "instanceType": pool.instance_type,
+                "gpuModel": pool.gpu_spec().name,
+                "gpusPerNode": per_node,
+                "nodes": {"min": pool.min_size, "desired": pool.desired, "max": pool.max_size},
+                "gpus": gpus,
+            }
+        )
+    return {"provider": config.cluster.provider, "cluster": config.cluster.name, "pools": pools, "totalGpus": totals}
+
+
+class TesseraStack(pulumi.ComponentResource):
+    """Cluster + node pools + Kubernetes provider + in-cluster platform for one environment."""
+
+    cluster_id: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    pool_names: list[str]
+    plan: dict[str, Any]
+    k8s_provider: k8s.Provider
+    platform: pulumi.ComponentResource | None
+
+    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
+                 platform: PlatformFactory | None = None) -> None:
+        super().__init__("tessera:index:TesseraStack", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        cluster: TkeCluster | ExistingCluster
+        context: str | None = None
+        if config.cluster.provider == "tke":
+            cluster = TkeCluster(f"{name}-cluster", config, opts=child)
+        else:
+            cluster = ExistingCluster(f"{name}-cluster", config, opts=child)
+            context = cluster.context
+        self.cluster_id = cluster.cluster_id
+        self.kubeconfig = cluster.kubeconfig
+        self.pool_names = cluster.pool_names
+        self.plan = _build_plan_summary(config)
+
+        self.k8s_provider = k8s.Provider(
+            f"{name}-k8s",
+            k8s.ProviderArgs(kubeconfig=cluster.kubeconfig, context=context),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(cluster.node_pools)),
+        )
+
+        factory = platform if platform is not None else _platform_factory()
+        self.platform = None
+        if factory is None:
+            pulumi.log.warn("components.platform.TesseraPlatform is not available; the in-cluster platform is not deployed", self)
+        else:
+            self.platform = factory(
+                f"{name}-platform",
+                config,
+                opts=pulumi.ResourceOptions(provider=self.k8s_provider, parent=self, depends_on=list(cluster.node_pools)),
+            )
+        self.register_outputs({"clusterId": self.cluster_id, "kubeconfig": self.kubeconfig, "poolNames": self.pool_names, "plan": self.plan})

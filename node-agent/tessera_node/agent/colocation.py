@@ -1,0 +1,118 @@
+"""Online/offline co-location: the pure decision of which offline containers must be paused.
+
+Rule, per GPU: when an online container on the GPU is active (its processes' SM utilisation is
+above the activity threshold, decided by the caller), every offline container holding a share of
+that GPU is frozen. They are resumed once the online work on that GPU has been idle for the pool's
+`offlineResumeIdleSeconds`, or at once when no online container is left on the GPU. An offline
+container that spans several GPUs is frozen while any of them demands it.
+
+No I/O here: `ColocationController.step` takes the registry snapshot and the set of GPUs with
+active online work and returns a plan; the loop applies it through the freezer. The invariant the
+property tests check: a container is never left frozen unless an online container registered on
+one of its GPUs was active within that container's resume window.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tessera_node.agent.registry import AppClass, ContainerKey, RegisteredContainer
+
+REASON_PAUSED = "TesseraOfflinePaused"
+REASON_RESUMED = "TesseraOfflineResumed"
+
+
+@dataclass(frozen=True)
+class FreezeOrder:
+    container: RegisteredContainer
+    gpu_uuid: str  # the GPU whose online work caused it
+    online: tuple[str, ...]  # "namespace/pod/container" of the active online containers
+
+
+@dataclass(frozen=True)
+class ThawOrder:
+    key: ContainerKey
+    container: RegisteredContainer | None  # None when the container left the registry meanwhile
+    reason: str
+
+
+@dataclass(frozen=True)
+class ColocationPlan:
+    freeze: tuple[FreezeOrder, ...] = ()
+    thaw: tuple[ThawOrder, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.freeze and not self.thaw
+
+
+@dataclass
+class ColocationController:
+    """Remembers when each GPU last had active online work and which containers it froze."""
+
+    last_online_active: dict[str, float] = field(default_factory=dict)
+    frozen: dict[ContainerKey, float] = field(default_factory=dict)  # key -> frozen since (monotonic)
+
+    def step(
+        self,
+        now: float,
+        containers: Iterable[RegisteredContainer],
+        active_online: Mapping[str, Iterable[ContainerKey]],
+    ) -> ColocationPlan:
+        """`active_online`: GPU uuid -> keys of online containers active on it in this sample."""
+        registered = {c.key: c for c in containers}
+        online_on_gpu: dict[str, list[RegisteredContainer]] = {}
+        for c in registered.values():
+            if c.app_class is AppClass.ONLINE:
+                for uuid in c.gpu_uuids:
+                    online_on_gpu.setdefault(uuid, []).append(c)
+
+        active_names: dict[str, tuple[str, ...]] = {}
+        for uuid, keys in active_online.items():
+            live = [registered[k] for k in keys if k in registered and registered[k].app_class is AppClass.ONLINE]
+            if live:
+                self.last_online_active[uuid] = now
+                active_names[uuid] = tuple(f"{c.namespace}/{c.pod_name}/{c.container}" for c in live)
+        # A GPU without online containers has nothing to protect: forget its history.
+        for uuid in [u for u in self.last_online_active if u not in online_on_gpu]:
+            del self.last_online_active[uuid]
+
+        freeze: list[FreezeOrder] = []
+        thaw: list[ThawOrder] = []
+        for key, c in registered.items():
+            if c.app_class is not AppClass.OFFLINE or not c.policy.online_offline:
+                continue
+            cause = self._cause(c, now)
+            if cause is not None and key not in self.frozen:
+                freeze.append(FreezeOrder(c, cause, active_names.get(cause, ())))
+                self.frozen[key] = now
+            elif cause is None and key in self.frozen:
+                thaw.append(ThawOrder(key, c, self._thaw_reason(c)))
+                del self.frozen[key]
+        for key in [k for k in self.frozen if k not in registered or not _may_freeze(registered[k])]:
+            thaw.append(ThawOrder(key, registered.get(key), "container left the registry or its pool stopped co-location"))
+            del self.frozen[key]
+        return ColocationPlan(tuple(freeze), tuple(thaw))
+
+    def forget(self, key: ContainerKey) -> None:
+        """The freeze could not be applied (cgroup gone): do not count the container as frozen."""
+        self.frozen.pop(key, None)
+
+    def _cause(self, c: RegisteredContainer, now: float) -> str | None:
+        """The GPU that keeps `c` frozen, if any."""
+        for uuid in c.gpu_uuids:
+            last = self.last_online_active.get(uuid)
+            if last is None:
+                continue
+            if last == now or now - last < c.policy.offline_resume_idle_s:
+                return uuid
+        return None
+
+    def _thaw_reason(self, c: RegisteredContainer) -> str:
+        if any(u in self.last_online_active for u in c.gpu_uuids):
+            return f"online work idle for {c.policy.offline_resume_idle_s:g}s"
+        return "no online container left on its GPU"
+
+
+def _may_freeze(c: RegisteredContainer) -> bool:
+    return c.app_class is AppClass.OFFLINE and c.policy.online_offline

@@ -1,0 +1,278 @@
+"""The node agent's main loop: sample the GPUs, decide, act, publish metrics.
+
+Two cadences (see `AgentSettings`): every tick (default 100 ms) the fast path samples GPU
+processes, attributes them to containers and runs the online/offline and burst-share
+controllers, because pausing offline work is latency-bound. Every `slow_every` ticks (default 1 s)
+the slow path checks memory limits, renews freeze leases, supervises MPS daemons, polls Xid
+events, publishes the metrics view and, less often, reconciles the registry with the pods.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from tessera.kube.api import KubeApi, KubeApiError
+from tessera_node.agent.attribution import ContainerGpuUse, ProcessAttributor
+from tessera_node.agent.burst import BurstController
+from tessera_node.agent.cgroups import CgroupLocator
+from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED, ColocationController
+from tessera_node.agent.events import EventSink, EventType
+from tessera_node.agent.freezer import Freezer, LeaseBook
+from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED, REASON_MEMORY_WARNING, MemoryAction, MemoryGuard, ProcessKiller
+from tessera_node.agent.metrics import AgentView, ContainerGpuRow, GpuRow, ViewBox
+from tessera_node.agent.mps import MpsSupervisor, desired_limits
+from tessera_node.agent.pausing import PauseCause, PauseManager
+from tessera_node.agent.registry import (
+    AppClass,
+    ContainerKey,
+    ContainerRegistry,
+    PoolPolicy,
+    RegisteredContainer,
+    SharingPolicy,
+    container_ids_from_status,
+    containers_from_pods,
+    pool_policy_from_node_labels,
+)
+from tessera_node.agent.settings import AgentSettings
+from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuInfo
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentDeps:
+    """Everything the agent talks to, so tests and `--simulate` swap in fakes."""
+
+    backend: GpuBackend
+    registry: ContainerRegistry
+    locator: CgroupLocator
+    killer: ProcessKiller
+    kube: KubeApi | None = None
+    mps: MpsSupervisor | None = None
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
+@dataclass
+class _Counters:
+    memory_kills: dict[tuple[ContainerKey, str], int] = field(default_factory=dict)
+    memory_warnings: dict[tuple[ContainerKey, str], int] = field(default_factory=dict)
+    xids: dict[int, int] = field(default_factory=dict)
+    ticks: int = 0
+    tick_seconds: float = 0.0
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings, deps: AgentDeps) -> None:
+        self.settings = settings
+        self.deps = deps
+        self.freezer = Freezer(deps.locator.version)
+        self.leases = LeaseBook(settings.state_dir)
+        self.pauses = PauseManager(deps.locator, self.freezer, self.leases, settings.lease_ttl_s, settings.freeze_confirm_timeout_s)
+        self.colocation = ColocationController()
+        self.burst = BurstController()
+        self.memory = MemoryGuard(grace_mib=settings.memory_grace_mib)
+        self.attributor = ProcessAttributor(deps.locator)
+        self.events = EventSink(deps.kube, settings.node_name)
+        self.view = ViewBox()
+        self.counters = _Counters()
+        self.node_policy: PoolPolicy | None = None  # from node labels when a KubeApi is given
+        self._gpus: list[GpuInfo] = []
+        self._healthy: dict[int, bool] = {}
+        self._usage: dict[tuple[ContainerKey, str], ContainerGpuUse] = {}
+        self._containers: dict[ContainerKey, RegisteredContainer] = {}
+        self._containers_stamp: object = object()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> list[str]:
+        """Open the GPU backend, learn the pods, and thaw whatever a previous agent left frozen."""
+        self.deps.backend.open()
+        self._gpus = self.deps.backend.list_gpus()
+        self._healthy = {g.index: True for g in self._gpus}
+        self.refresh_from_pods()
+        offline = [c for c in self.containers().values() if c.app_class is AppClass.OFFLINE or c.policy.sharing is SharingPolicy.BURST_SHARE]
+        extra = [d for c in offline if (d := self.deps.locator.container_dir(c.pod_uid, c.container_id)) is not None]
+        thawed = self.pauses.thaw_everything(self.deps.monotonic(), extra)
+        for path in thawed:
+            _log.info("thawed %s left frozen by a previous agent", path)
+        self.publish()
+        return thawed
+
+    def shutdown(self) -> list[str]:
+        thawed = self.pauses.thaw_everything(self.deps.monotonic())
+        if self.deps.mps is not None:
+            self.deps.mps.stop_all()
+        self.deps.backend.close()
+        return thawed
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until `stop` is set; ticks are scheduled on a fixed grid (no drift)."""
+        interval = self.settings.poll_interval_s
+        next_at = self.deps.monotonic()
+        while not stop.is_set():
+            self.tick()
+            next_at += interval
+            delay = next_at - self.deps.monotonic()
+            if delay < 0:  # overran: skip missed slots instead of bursting to catch up
+                next_at = self.deps.monotonic()
+                delay = 0
+            stop.wait(delay)
+
+    # --- one iteration -------------------------------------------------------------------------
+    def containers(self) -> dict[ContainerKey, RegisteredContainer]:
+        """Registry records with the node's pool policy applied (cached per registry change)."""
+        stamp = (self.deps.registry.stamp, self.node_policy)
+        if stamp != self._containers_stamp:
+            records = self.deps.registry.snapshot()
+            if self.node_policy is not None:
+                records = {k: replace(c, policy=self.node_policy) for k, c in records.items()}
+            self._containers = records
+            self._containers_stamp = stamp
+        return self._containers
+
+    def tick(self) -> None:
+        started = time.perf_counter()
+        now = self.deps.monotonic()
+        containers = self.containers()
+        try:
+            samples = self.deps.backend.processes()
+        except GpuBackendError as exc:
+            _log.warning("GPU sampling failed: %s", exc)
+            samples = []
+        usage = self.attributor.attribute(samples, self._gpus, containers.values())
+        self._usage = usage
+        threshold = self.settings.activity_threshold_pct
+        active = [slot for slot, use in usage.items() if use.sm_pct >= threshold]
+        active_online: dict[str, list[ContainerKey]] = {}
+        for key, uuid in active:
+            record = containers.get(key)
+            if record is not None and record.app_class is AppClass.ONLINE:
+                active_online.setdefault(uuid, []).append(key)
+        plan = self.colocation.step(now, containers.values(), active_online)
+        throttled = self.burst.step(now, containers.values(), active)
+        wanted: dict[ContainerKey, set[PauseCause]] = {k: {PauseCause.ONLINE_ACTIVE} for k in self.colocation.frozen}
+        for key in throttled:
+            wanted.setdefault(key, set()).add(PauseCause.BURST_THROTTLE)
+        if wanted or self.pauses.paused:
+            wall = self.deps.wall()
+            self.pauses.apply(now, wall, wanted, containers)
+            self.pauses.renew_leases(wall)
+        for key in [k for k in self.colocation.frozen if k not in self.pauses.paused]:
+            self.colocation.forget(key)
+        for order in plan.freeze:
+            if order.container.key in self.pauses.paused:
+                who = ", ".join(order.online) or "an online container"
+                self.events.emit(order.container, REASON_PAUSED, f"paused: online work on GPU {order.gpu_uuid} is active ({who})", EventType.NORMAL)
+        for thaw in plan.thaw:
+            if thaw.container is not None:
+                self.events.emit(thaw.container, REASON_RESUMED, f"resumed: {thaw.reason}", EventType.NORMAL)
+        self.counters.ticks += 1
+        if self.counters.ticks % self.settings.slow_every == 0:
+            self.slow_tick()
+        self.counters.tick_seconds += time.perf_counter() - started
+
+    def slow_tick(self) -> None:
+        containers = self.containers()
+        self._poll_health()
+        self._enforce_memory(containers)
+        if self.deps.mps is not None and self.settings.mps_enabled:
+            for line in self.deps.mps.reconcile(desired_limits(containers.values())):
+                _log.info("%s", line)
+        if self.counters.ticks % self.settings.pods_refresh_every == 0:
+            self.refresh_from_pods()
+        self.publish()
+
+    # --- slow-path parts -----------------------------------------------------------------------
+    def refresh_from_pods(self) -> None:
+        kube = self.deps.kube
+        if kube is None:
+            return
+        try:
+            node = kube.get_node(self.settings.node_name)
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            self.node_policy = pool_policy_from_node_labels(labels, default=self.settings.pool_policy)
+            pods = kube.list_pods(node_name=self.settings.node_name)
+        except (KubeApiError, OSError) as exc:
+            _log.warning("cannot list pods on %s: %s; keeping the registry as is", self.settings.node_name, exc)
+            return
+        if self.deps.registry.stamp is None:
+            # No registry on disk (first start, or the state dir was lost): rebuild it from the
+            # pods' allocation records. Afterwards the device plugin owns membership (it
+            # re-derives it from PodResources); the agent only learns runtime container ids.
+            self.deps.registry.replace_all(containers_from_pods(pods, self.settings.node_name, self.node_policy))
+        ids = {str((p.get("metadata") or {}).get("uid", "")): container_ids_from_status(p) for p in pods}
+        for key, record in self.deps.registry.snapshot().items():
+            cid = ids.get(key.pod_uid, {}).get(key.container)
+            if cid is not None and cid != record.container_id:
+                self.deps.registry.set_container_id(key, cid)
+
+    def _poll_health(self) -> None:
+        try:
+            for event in self.deps.backend.poll_xid_events(0):
+                self.counters.xids[event.gpu] = self.counters.xids.get(event.gpu, 0) + 1
+            self._healthy = {g.index: self.deps.backend.is_responsive(g.index) for g in self._gpus}
+        except GpuBackendError as exc:
+            _log.warning("GPU health poll failed: %s", exc)
+
+    def _enforce_memory(self, containers: dict[ContainerKey, RegisteredContainer]) -> None:
+        for v in self.memory.check(containers.values(), self._usage):
+            slot = (v.container.key, v.gpu_uuid)
+            if v.action is MemoryAction.KILL:
+                for pid in v.pids:
+                    self.deps.killer.kill(pid)
+                self.counters.memory_kills[slot] = self.counters.memory_kills.get(slot, 0) + 1
+                self.events.emit(v.container, REASON_MEMORY_EXCEEDED, v.message, EventType.WARNING)
+            elif v.new_episode:
+                self.counters.memory_warnings[slot] = self.counters.memory_warnings.get(slot, 0) + 1
+                self.events.emit(v.container, REASON_MEMORY_WARNING, v.message, EventType.WARNING)
+
+    def publish(self) -> None:
+        self.view.publish(self.build_view())
+
+    def build_view(self) -> AgentView:
+        containers = self.containers()
+        now = self.deps.monotonic()
+        frozen_s = self.pauses.frozen_seconds_now(now)
+        rows: list[ContainerGpuRow] = []
+        core_by_gpu: dict[str, int] = {}
+        mem_by_gpu: dict[str, int] = {}
+        for c in containers.values():
+            for share in c.shares:
+                core_by_gpu[share.uuid] = core_by_gpu.get(share.uuid, 0) + share.core
+                mem_by_gpu[share.uuid] = mem_by_gpu.get(share.uuid, 0) + share.memory_mib
+                use = self._usage.get((c.key, share.uuid))
+                slot = (c.key, share.uuid)
+                rows.append(
+                    ContainerGpuRow(
+                        namespace=c.namespace, pod=c.pod_name, container=c.container, gpu_uuid=share.uuid,
+                        app_class=c.app_class.value if c.app_class else "",
+                        memory_used_mib=use.memory_mib if use else 0, memory_limit_mib=share.memory_mib,
+                        core_allocated_pct=share.core, sm_utilisation_pct=use.sm_pct if use else 0,
+                        frozen=c.key in self.pauses.paused, frozen_seconds=frozen_s.get(c.key, 0.0),
+                        throttle_events=self.burst.throttle_events.get(c.key, 0),
+                        memory_kills=self.counters.memory_kills.get(slot, 0),
+                        memory_warnings=self.counters.memory_warnings.get(slot, 0),
+                        freezes=self.pauses.freeze_count.get(c.key, 0),
+                    )
+                )
+        try:
+            util = {u.gpu: u for u in self.deps.backend.utilisation()}
+        except GpuBackendError:
+            util = {}
+        mps_running = self.deps.mps.running() if self.deps.mps else {}
+        mps_restarts = self.deps.mps.restarts if self.deps.mps else {}
+        gpus = tuple(
+            GpuRow(
+                uuid=g.uuid, index=g.index, model=g.model, memory_total_mib=g.memory_mib,
+                core_allocated_pct=core_by_gpu.get(g.uuid, 0), memory_allocated_mib=mem_by_gpu.get(g.uuid, 0),
+                utilisation_pct=util[g.index].gpu_pct if g.index in util else 0,
+                memory_used_mib=util[g.index].used_memory_mib if g.index in util else 0,
+                healthy=self._healthy.get(g.index, True), xid_errors=self.counters.xids.get(g.index, 0),
+                mps_daemon_running=g.uuid in mps_running, mps_restarts=mps_restarts.get(g.uuid, 0),
+            )
+            for g in self._gpus
+        )
+        return AgentView(tuple(rows), gpus, self.counters.ticks, self.counters.tick_seconds, self.events.failures)

@@ -1,0 +1,82 @@
+"""`tessera node device-plugin`: argument parsing and wiring only (called by tessera/cli/node.py)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from tessera.kube.api import KubeApi, KubeApiError
+from tessera_node.agent.registry import ContainerRegistry, RegistryCorrupt
+from tessera_node.deviceplugin.core import AllocateSettings
+from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
+from tessera_node.gpu import open_backend
+from tessera_node.gpu.backend import GpuBackendError
+from tessera_node.gpu.spec import SpecError
+
+DEFAULTS = DevicePluginSettings(node_name="")
+ALLOCATE_DEFAULTS = AllocateSettings()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--simulate", metavar="SPEC", help='simulated GPUs instead of NVML, e.g. "H100-80GB:8" or "T4:1,A10:2"')
+    parser.add_argument("--device-plugin-dir", type=Path, default=DEFAULTS.device_plugin_dir, help=f"kubelet's device plugin directory, kubelet.sock inside (default {DEFAULTS.device_plugin_dir})")
+    parser.add_argument("--pod-resources-socket", type=Path, default=DEFAULTS.pod_resources_socket, help=f"kubelet's PodResources socket (default {DEFAULTS.pod_resources_socket})")
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="this node (default: $NODE_NAME)")
+    parser.add_argument("--state-dir", type=Path, default=DEFAULTS.state_dir, help=f"container registry shared with the node agent (default {DEFAULTS.state_dir})")
+    parser.add_argument("--mps-dir", default=ALLOCATE_DEFAULTS.mps_pipe_host_dir, help=f"host directory of MPS pipes, mounted into fixed-share containers (default {ALLOCATE_DEFAULTS.mps_pipe_host_dir})")
+    parser.add_argument("--mps-shm-dir", default=None, help="host tmpfs mounted on /dev/shm of fixed-share containers (default: none)")
+    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
+    parser.add_argument("--fake-kube", action="store_true", help="use an in-memory API server holding only this node (demos and tests)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _kube(args: argparse.Namespace, node_name: str) -> KubeApi:
+    if args.fake_kube:
+        from tessera.kube.fake import FakeKubeApi
+
+        fake = FakeKubeApi()
+        fake.create_node({"metadata": {"name": node_name, "labels": {}}})
+        return fake
+    from tessera.kube.client import ClientSettings, KubernetesClientApi
+
+    return KubernetesClientApi.connect(ClientSettings(kubeconfig=args.kubeconfig))
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    node_name = args.node_name or ("sim-node" if args.simulate and args.fake_kube else "")
+    if not node_name:
+        print("error: no node name; pass --node-name or set NODE_NAME (downward API spec.nodeName)", file=sys.stderr)
+        return 2
+    try:
+        backend = open_backend(args.simulate, node_seed=node_name)
+        kube = _kube(args, node_name)
+        registry = ContainerRegistry(args.state_dir)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (KubeApiError, OSError, RegistryCorrupt) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    settings = replace(
+        DEFAULTS,
+        node_name=node_name,
+        device_plugin_dir=args.device_plugin_dir,
+        pod_resources_socket=args.pod_resources_socket,
+        state_dir=args.state_dir,
+        allocate=replace(ALLOCATE_DEFAULTS, mps_pipe_host_dir=args.mps_dir, mps_shm_host_dir=args.mps_shm_dir),
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _signum, _frame: stop.set())
+    try:
+        DevicePlugin(settings, backend, kube, registry).run(stop)
+    except GpuBackendError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,264 @@
+"""The device plugin process: one supervisor loop around the gRPC server.
+
+Every `tick_s` (default 100 ms; the Xid wait doubles as the sleep) the supervisor
+- re-creates its socket and registers again when kubelet restarted or wiped the socket;
+- applies Xid events and, every few seconds, probes GPUs (health.py) and pushes a new device
+  list to ListAndWatch streams and the node annotation when health changed;
+- every `node_poll_s` reads the node: the pool's sharing policy, and gpu-operator's
+  paused-for-mig-change label (pause.py), stepping aside while it is set;
+- every `reconcile_s` re-derives the agent's container registry from kubelet's PodResources and the
+  pods' allocation records, so nothing the plugin knows lives only in its memory: a restarted
+  plugin rebuilds the same state (no allocation lost or duplicated).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tessera.contract import GPU_CORE, NodeGpu
+from tessera.kube.api import KubeApi, KubeApiError, NotFound
+from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, SharingPolicy, pool_policy_from_node_labels
+from tessera_node.deviceplugin.core import AllocateSettings, Inventory
+from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.deviceplugin.pause import PauseTransition, node_labels, transition
+from tessera_node.deviceplugin.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesError
+from tessera_node.deviceplugin.prestart import PreStartRejected, find_owner, verify
+from tessera_node.deviceplugin.publish import NodeReport, publish
+from tessera_node.deviceplugin.registration import KUBELET_SOCKET_NAME, RegistrationError, SocketIdentity, needs_registration, register
+from tessera_node.deviceplugin.server import DevicePluginServicer, PluginServer, PluginState
+from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, MigMode
+
+log = logging.getLogger("tessera.deviceplugin")
+
+
+@dataclass(frozen=True)
+class DevicePluginSettings:
+    """Settings of `tessera node device-plugin`."""
+
+    node_name: str
+    """The node this plugin runs on (downward API `spec.nodeName`)."""
+    device_plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    """kubelet's device plugin directory; kubelet.sock lives inside. Default: kubelet's default."""
+    pod_resources_socket: Path = DEFAULT_SOCKET
+    """kubelet's PodResources socket. Default /var/lib/kubelet/pod-resources/kubelet.sock."""
+    state_dir: Path = Path("/var/lib/tessera/agent")
+    """Where the container registry shared with the node agent lives (hostPath). Default: the
+    agent's default, so both processes see the same records."""
+    endpoint: str = "tessera-gpu-core.sock"
+    """File name of the plugin socket inside `device_plugin_dir`."""
+    tick_s: float = 0.1
+    """Supervisor period. Default 100 ms: a kubelet restart is noticed and answered well within
+    the 1 s target, at a cost of one stat() pair per tick."""
+    node_poll_s: float = 1.0
+    """How often the node object is read (labels: pause, sharing policy). Default 1 s: the MIG
+    manager waits for the plugin to go away, so a second of delay only delays the MIG change."""
+    republish_s: float = 60.0
+    """Re-assert the node annotation and gpu-memory capacity this often even without a change.
+    Default 60 s: kubelet may reset extended resources it does not own after it restarts."""
+    reconcile_s: float = 30.0
+    """Re-derive the registry from PodResources and pods this often. Default 30 s."""
+    health: HealthSettings = field(default_factory=HealthSettings)
+    allocate: AllocateSettings = field(default_factory=AllocateSettings)
+
+
+def inventory_from_backend(backend: GpuBackend) -> Inventory:
+    """GPUs to advertise: every GPU without MIG enabled (a MIG-enabled GPU is served by NVIDIA's
+    plugin as slices and cannot be shared by us)."""
+    return Inventory.of(
+        NodeGpu(g.index, g.uuid, g.model, g.memory_mib, True) for g in backend.list_gpus() if g.mig_mode is not MigMode.ENABLED
+    )
+
+
+class DevicePlugin:
+    def __init__(
+        self,
+        settings: DevicePluginSettings,
+        backend: GpuBackend,
+        kube: KubeApi,
+        registry: ContainerRegistry,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._backend = backend
+        self._kube = kube
+        self._registry = registry
+        self._clock = clock
+        self._policy = PoolPolicy()
+        self.state = PluginState(Inventory(()), settings.allocate)
+        self._server = PluginServer(settings.device_plugin_dir / settings.endpoint, DevicePluginServicer(self.state, self.prestart))
+        self._pod_resources = PodResourcesClient(settings.pod_resources_socket)
+        self._health = HealthTracker(settings.health, ())
+        self._registered_with: SocketIdentity | None = None
+        self._published: NodeReport | None = None
+        self.paused = False
+        self.registrations = 0  # successful Register calls, for tests and logs
+
+    # --- PreStartContainer (called from gRPC threads) -------------------------------------------
+    def prestart(self, tokens: Sequence[str]) -> None:
+        try:
+            holders = self._pod_resources.list_holders()
+        except PodResourcesError as exc:
+            raise PreStartRejected(str(exc)) from exc
+        owner = find_owner(holders, tokens)
+        try:
+            pod = self._kube.get_pod(owner.namespace, owner.pod)
+        except KubeApiError as exc:
+            raise PreStartRejected(f"cannot read pod {owner.namespace}/{owner.pod} ({exc}); kubelet will retry the start") from exc
+        record = verify(
+            owner=owner,
+            tokens=tokens,
+            pod=pod,
+            get_configmap=self._kube.get_configmap,
+            node_name=self.settings.node_name,
+            inventory=self.state.inventory,
+            policy=self._policy,
+        )
+        self._registry.register(record)
+        log.info("container %s/%s/%s started on GPU(s) %s", owner.namespace, owner.pod, owner.container, [s.index for s in record.shares])
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Serve until `stop` is set; always leaves the socket removed and GPU handles released."""
+        try:
+            self._read_node()
+            if not self.paused:
+                self._start_serving()
+            next_node = next_publish = next_reconcile = next_probe = self._clock()
+            while not stop.is_set():
+                now = self._clock()
+                if now >= next_node:
+                    next_node = now + self.settings.node_poll_s
+                    self._read_node()
+                if self.paused:
+                    stop.wait(self.settings.tick_s)
+                    continue
+                self._ensure_registered()
+                changed = self._health.on_xids(self._backend.poll_xid_events(self.settings.tick_s), self._clock())
+                if self._clock() >= next_probe:
+                    next_probe = self._clock() + self.settings.health.responsiveness_check_s
+                    changed |= self._health.on_probe(lambda g: self._backend.is_responsive(GpuIndex(g)), self._clock())
+                if changed:
+                    for gpu in sorted(changed):
+                        log.warning("GPU %d is now %s %s", gpu, "healthy" if self._health.healthy(gpu) else "unhealthy", self._health.reason(gpu))
+                    self.state.update(self.state.inventory.with_health(self._health.health()))
+                    self._publish(force=True)
+                if self._clock() >= next_publish:
+                    next_publish = self._clock() + self.settings.republish_s
+                    self._publish(force=True)
+                if self._clock() >= next_reconcile:
+                    next_reconcile = self._clock() + self.settings.reconcile_s
+                    self.reconcile()
+        finally:
+            self._stop_serving()
+            self.state.close()
+            self._pod_resources.close()
+
+    def _start_serving(self) -> None:
+        self._backend.open()
+        inventory = inventory_from_backend(self._backend)
+        self._health = HealthTracker(self.settings.health, [g.index for g in inventory.gpus])
+        self.state.update(inventory)
+        self._publish(force=True)
+        self._registered_with = None
+        self._ensure_registered()
+
+    def _stop_serving(self) -> None:
+        self._server.stop()
+        self._registered_with = None
+        try:
+            self._backend.close()
+        except GpuBackendError:
+            pass
+
+    def _ensure_registered(self) -> None:
+        kubelet_socket = self.settings.device_plugin_dir / KUBELET_SOCKET_NAME
+        kubelet_now = SocketIdentity.of(kubelet_socket)
+        if not needs_registration(self._registered_with, kubelet_now, self._server.socket_path.exists()):
+            return
+        self._server.start()  # a fresh socket: kubelet wiped the old one when it restarted
+        try:
+            register(kubelet_socket, self.settings.endpoint, GPU_CORE, timeout_s=1.0)
+        except RegistrationError as exc:
+            log.warning("%s; retrying", exc)
+            return
+        self._registered_with = kubelet_now
+        self.registrations += 1
+        log.info("registered %s with kubelet (%d GPUs)", GPU_CORE, len(self.state.inventory.gpus))
+        self._publish(force=True)  # kubelet may have reset extended resources while restarting
+
+    def _read_node(self) -> None:
+        try:
+            node = self._kube.get_node(self.settings.node_name)
+        except NotFound:
+            log.warning("node %s not found; check --node-name", self.settings.node_name)
+            return
+        except KubeApiError as exc:
+            log.warning("cannot read node %s: %s", self.settings.node_name, exc)
+            return
+        labels = node_labels(node)
+        self._policy = pool_policy_from_node_labels(labels)
+        base = self.state.allocate_settings
+        self.state.set_allocate_settings(
+            AllocateSettings(base.mps_pipe_host_dir, base.mps_shm_host_dir, self._policy.sharing is SharingPolicy.FIXED_SHARE, self._policy.sharing.value)
+        )
+        step = transition(self.paused, labels)
+        if step is PauseTransition.PAUSE:
+            log.info("node labelled paused-for-mig-change: stopping and releasing the GPUs")
+            self.paused = True
+            self._stop_serving()
+            self.state.update(self.state.inventory.all_unhealthy())
+            self._publish(force=True)
+        elif step is PauseTransition.RESUME:
+            log.info("MIG change finished: re-reading GPUs and registering again")
+            self.paused = False
+            self._start_serving()
+
+    def _publish(self, *, force: bool = False) -> None:
+        report = NodeReport.of(self.state.inventory)
+        if not force and report == self._published:
+            return
+        try:
+            publish(self._kube, self.settings.node_name, report)
+            self._published = report
+        except KubeApiError as exc:
+            log.warning("cannot update node %s: %s", self.settings.node_name, exc)
+
+    def reconcile(self) -> None:
+        """Make the registry match kubelet's PodResources and the pods' allocation records."""
+        # Snapshot before listing: a container registered by a PreStartContainer that runs while we
+        # reconcile is newer than our PodResources answer and must not be dropped.
+        before = self._registry.all()
+        try:
+            holders = self._pod_resources.list_holders()
+        except PodResourcesError as exc:
+            log.warning("%s", exc)
+            return
+        live = set()
+        for holder in holders:
+            live.add((holder.namespace, holder.pod, holder.container))
+            try:
+                pod = self._kube.get_pod(holder.namespace, holder.pod)
+                record = verify(
+                    owner=find_owner([holder], sorted(holder.tokens)),
+                    tokens=sorted(holder.tokens),
+                    pod=pod,
+                    get_configmap=self._kube.get_configmap,
+                    node_name=self.settings.node_name,
+                    inventory=self.state.inventory,
+                    policy=self._policy,
+                )
+            except (PreStartRejected, KubeApiError) as exc:
+                log.debug("not registering %s/%s/%s: %s", holder.namespace, holder.pod, holder.container, exc)
+                continue
+            existing = self._registry.get(record.key)
+            # The agent fills in container_id later; a record equal but for it is up to date.
+            if existing is None or replace(existing, container_id=None) != record:
+                self._registry.register(record)
+        for record in before:
+            if (record.namespace, record.pod_name, record.container) not in live:
+                self._registry.unregister(record.key)

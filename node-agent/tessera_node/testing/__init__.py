@@ -1,0 +1,1 @@
+"""Test and benchmark doubles for the node side: a kubelet emulator and an extender stand-in."""

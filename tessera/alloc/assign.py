@@ -1,0 +1,109 @@
+"""Choosing GPUs inside one node: the per-container greedy assignment every policy shares.
+
+A policy only supplies a ranking of candidate GPUs (`GpuRank`); this module enforces the hard
+rules: healthy GPUs of an allowed model, a share needs `gpu_milli` free compute (and the
+requested GPU memory) on one GPU, a whole-GPU request takes idle GPUs only, and containers of one
+pod are assigned in order against the capacity the previous ones left.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, GpuState, NodeState, PodRequest
+
+
+@dataclass(slots=True)
+class Slot:
+    """Scratch copy of one usable GPU's free capacity while a pod is being assigned."""
+
+    index: int
+    free_milli: int
+    free_memory_mib: int
+    memory_mib: int
+    offline_milli: int
+    used_milli: int
+
+    @property
+    def idle(self) -> bool:
+        return self.used_milli == 0 and self.free_memory_mib == self.memory_mib
+
+    def can_host(self, c: ContainerRequest) -> bool:
+        if c.whole:
+            return self.idle
+        if self.free_milli < c.gpu_milli:
+            return False
+        return c.gpu_memory_mib is None or self.free_memory_mib >= c.gpu_memory_mib
+
+    def take(self, c: ContainerRequest, offline: bool) -> None:
+        milli = MILLI_PER_GPU if c.whole else c.gpu_milli
+        memory = self.memory_mib if c.whole else (c.gpu_memory_mib or 0)
+        self.free_milli -= milli
+        self.used_milli += milli
+        self.free_memory_mib -= memory
+        if offline:
+            self.offline_milli += milli
+
+
+# rank(slots, candidate position, container) -> key; the smallest key wins. Slots reflect the
+# containers already assigned for this pod, so a rank may look at the whole node.
+GpuRank = Callable[[Sequence[Slot], int, ContainerRequest], tuple[float, ...]]
+Assignment = tuple[tuple[int, ...], ...]  # GPU indices per GPU container, in container order
+
+
+def usable(gpu: GpuState, pod: PodRequest) -> bool:
+    return gpu.healthy and (pod.gpu_models is None or gpu.model in pod.gpu_models)
+
+
+def slots_for(node: NodeState, pod: PodRequest) -> list[Slot]:
+    return [
+        Slot(g.index, g.free_milli, g.free_memory_mib, g.memory_mib, g.offline_milli, g.used_milli)
+        for g in node.gpus
+        if usable(g, pod)
+    ]
+
+
+def host_fit(node: NodeState, pod: PodRequest) -> FitFailure | None:
+    if node.free_cpu_milli < pod.cpu_milli:
+        return FitFailure.CPU
+    if node.free_memory_mib < pod.memory_mib:
+        return FitFailure.MEMORY
+    return None
+
+
+def class_key(slot: Slot, pod: PodRequest) -> int:
+    """qGPU co-location: online pods avoid GPUs holding offline work; offline pods seek them."""
+    if pod.app_class == "offline":
+        return 0 if slot.offline_milli else (1 if slot.used_milli == 0 else 2)
+    return 1 if slot.offline_milli else 0
+
+
+def assign(node: NodeState, pod: PodRequest, rank: GpuRank) -> tuple[Assignment, list[Slot]] | FitFailure:
+    """Assign every GPU container of `pod` on `node`; returns the choice and the slots after it."""
+    if pod.gpu_models is not None and not any(g.model in pod.gpu_models for g in node.gpus):
+        return FitFailure.GPU_MODEL
+    slots = slots_for(node, pod)
+    offline = pod.app_class == "offline"
+    chosen: list[tuple[int, ...]] = []
+    for c in pod.gpu_containers:
+        fitting = [i for i, s in enumerate(slots) if s.can_host(c)]
+        if len(fitting) < c.gpu_count:
+            return FitFailure.GPU
+        picked: list[int] = []
+        for _ in range(c.gpu_count):
+            best = min(fitting, key=lambda i: (class_key(slots[i], pod), *rank(slots, i, c), slots[i].index))
+            slots[best].take(c, offline)
+            fitting.remove(best)
+            picked.append(slots[best].index)
+        chosen.append(tuple(picked))
+    return tuple(chosen), slots
+
+
+def gpu_binpack(slots: Sequence[Slot], i: int, c: ContainerRequest) -> tuple[float, ...]:
+    """Tightest GPU first: what is left on it after this container."""
+    return (slots[i].free_milli - c.gpu_milli,)
+
+
+def gpu_spread(slots: Sequence[Slot], i: int, c: ContainerRequest) -> tuple[float, ...]:
+    """Emptiest GPU first."""
+    return (-slots[i].free_milli,)

@@ -1,0 +1,378 @@
+"""`Cluster`: the GPU inventory, who holds what, and the policy-driven placement around it.
+
+The same object serves the scheduler extender (filter / score one node at a time, `place` +
+`reserve` at bind, `release` on pod deletion, `restore` from allocation records after a restart)
+and the simulator (`schedule` = filter + score over every node, then `reserve`). It is not
+thread-safe: the extender serialises calls with its lock.
+
+Scores are cached per (node, pod shape, policy) and keyed on the node's `version` and the
+policy's `epoch`, so a scheduling cycle over 1213 nodes costs dict look-ups for every node whose
+state did not change since a pod of the same shape was last scored.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from tessera.alloc.assign import host_fit, usable
+from tessera.alloc.frag_policy import FgdPolicy, FragmentationAwarePolicy
+from tessera.alloc.model import (
+    MILLI_PER_CORE,
+    MILLI_PER_GPU,
+    ContainerPlacement,
+    FitFailure,
+    GpuGrant,
+    NodeState,
+    Placement,
+    PodRequest,
+    PodUid,
+    ReserveConflict,
+)
+from tessera.alloc.policy import (
+    DEFAULT_POLICY,
+    BestFitPolicy,
+    BinpackPolicy,
+    DotProductPolicy,
+    Evaluation,
+    PlacementPolicy,
+    Policy,
+    RandomPolicy,
+    SpreadPolicy,
+)
+from tessera.alloc.ranking import BestNodeIndex
+from tessera.alloc.workload import MixSnapshot, WorkloadMix
+from tessera.contract import Allocation, GpuShare
+
+_CacheEntry = tuple[int, int, Evaluation | FitFailure]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """GPU totals over healthy GPUs, in milli-GPUs."""
+
+    capacity_milli: int
+    allocated_milli: int
+    gpus: int
+
+
+class Cluster:
+    def __init__(
+        self,
+        nodes: Iterable[NodeState] = (),
+        *,
+        policy: PlacementPolicy = DEFAULT_POLICY,
+        mix: WorkloadMix | None = None,
+        fixed_mix: MixSnapshot | None = None,
+        seed: int = 0,
+    ) -> None:
+        """`policy`: default node policy. `mix`: the live workload-mix estimator fed by `observe`.
+        `fixed_mix`: a known mix (the paper gives FGD the whole trace's mix) used instead of `mix`
+        by the FGD policy only. `seed`: for the random baseline."""
+        self.nodes: dict[str, NodeState] = {}
+        self.default_policy = policy
+        self.mix = mix if mix is not None else WorkloadMix()
+        self._fixed_mix = fixed_mix
+        self._seed = seed
+        self._policies: dict[PlacementPolicy, Policy] = {}
+        self._pods: dict[PodUid, tuple[PodRequest, Placement]] = {}
+        self._cache: dict[str, dict[tuple[object, ...], _CacheEntry]] = {}
+        self._rank: dict[str, int] = {}
+        self._index = BestNodeIndex()
+        self._versions = 0  # node versions are unique across nodes and time (stale-entry checks)
+        for node in nodes:
+            self.add_node(node)
+
+    # --- policies -------------------------------------------------------------------------------
+    def policy(self, name: PlacementPolicy | None = None) -> Policy:
+        name = name or self.default_policy
+        found = self._policies.get(name)
+        if found is None:
+            found = self._make_policy(name)
+            self._policies[name] = found
+        return found
+
+    def _make_policy(self, name: PlacementPolicy) -> Policy:
+        if name is PlacementPolicy.FGD:
+            return FgdPolicy(self._fixed_mix or self.mix.snapshot())
+        if name is PlacementPolicy.FRAGMENTATION_AWARE:
+            return FragmentationAwarePolicy(self.mix.snapshot())
+        simple: dict[PlacementPolicy, Policy] = {
+            PlacementPolicy.BINPACK: BinpackPolicy(),
+            PlacementPolicy.SPREAD: SpreadPolicy(),
+            PlacementPolicy.BESTFIT: BestFitPolicy(),
+            PlacementPolicy.DOTPROD: DotProductPolicy(),
+            PlacementPolicy.RANDOM: RandomPolicy(self._seed),
+        }
+        return simple[name]
+
+    def observe(self, pod: PodRequest) -> None:
+        """Feed one arriving pod into the workload-mix estimate (call once per new pod)."""
+        self.mix.observe(pod)
+        snapshot = self.mix.snapshot()
+        for name, policy in self._policies.items():
+            if isinstance(policy, FragmentationAwarePolicy) or (isinstance(policy, FgdPolicy) and self._fixed_mix is None):
+                policy.use_mix(snapshot)
+
+    # --- inventory ------------------------------------------------------------------------------
+    def add_node(self, node: NodeState) -> list[PodUid]:
+        """Add a node, or replace its inventory keeping the pods placed on it. Returns the pods
+        whose placement no longer fits the new inventory; they are released."""
+        old = self.nodes.get(node.name)
+        self.nodes[node.name] = node
+        self._rank.setdefault(node.name, len(self._rank))
+        self._cache.pop(node.name, None)
+        self._changed(node)
+        dropped: list[PodUid] = []
+        if old is not None:
+            for uid, (pod, placement) in list(self._pods.items()):
+                if placement.node != node.name:
+                    continue
+                del self._pods[uid]
+                try:
+                    self.reserve(pod, placement)
+                except ReserveConflict:
+                    dropped.append(uid)
+        return dropped
+
+    def remove_node(self, name: str) -> list[PodUid]:
+        """Forget a node; returns the pods that were placed on it (their records are dropped)."""
+        self.nodes.pop(name, None)
+        self._cache.pop(name, None)
+        self._index.touched(name)
+        gone = [uid for uid, (_, p) in self._pods.items() if p.node == name]
+        for uid in gone:
+            del self._pods[uid]
+        return gone
+
+    def set_gpu_health(self, node_name: str, index: int, healthy: bool) -> None:
+        """Mark a GPU (un)healthy; an unhealthy GPU takes no new work, running pods stay recorded."""
+        node = self.nodes[node_name]
+        for g in node.gpus:
+            if g.index == index:
+                g.healthy = healthy
+                self._changed(node)
+                return
+        raise KeyError(f"node {node_name} has no GPU {index}")
+
+    def set_tie_ranking(self, order: Iterable[str]) -> None:
+        """Equal scores go to the node earliest in `order` (the paper's seeded random ranking)."""
+        self._rank = {name: i for i, name in enumerate(order)}
+        for name in self.nodes:
+            self._rank.setdefault(name, len(self._rank))
+        self._index = BestNodeIndex()
+
+    def _changed(self, node: NodeState) -> None:
+        self._versions += 1
+        node.version = self._versions
+        self._index.touched(node.name)
+
+    # --- decisions ------------------------------------------------------------------------------
+    def evaluate(self, pod: PodRequest, node_name: str, policy: PlacementPolicy | None = None) -> Evaluation | FitFailure:
+        node = self.nodes.get(node_name)
+        if node is None:
+            return FitFailure.UNKNOWN_NODE
+        impl = self.policy(policy)
+        per_node = self._cache.setdefault(node_name, {})
+        key = (impl.name, pod.shape)
+        hit = per_node.get(key)
+        if hit is not None and hit[0] == node.version and hit[1] == impl.epoch:
+            return hit[2]
+        result = impl.evaluate(node, pod)
+        per_node[key] = (node.version, impl.epoch, result)
+        return result
+
+    def check_fit(self, pod: PodRequest, node_name: str) -> FitFailure | None:
+        """None when the pod fits on the node, else why not (for the extender's FailedNodes)."""
+        result = self.evaluate(pod, node_name)
+        return result if isinstance(result, FitFailure) else None
+
+    def fits(self, pod: PodRequest, node_name: str) -> bool:
+        return self.check_fit(pod, node_name) is None
+
+    def score(self, pod: PodRequest, node_name: str, policy: PlacementPolicy | None = None) -> float | None:
+        """Higher is better; None when the pod does not fit. See `extender_scores` for 0..10."""
+        result = self.evaluate(pod, node_name, policy)
+        return None if isinstance(result, FitFailure) else result.score
+
+    def place(self, pod: PodRequest, node_name: str, policy: PlacementPolicy | None = None) -> Placement | None:
+        """The GPUs each container would get on this node (nothing is reserved)."""
+        result = self.evaluate(pod, node_name, policy)
+        if isinstance(result, FitFailure):
+            return None
+        return self._placement(pod, node_name, result)
+
+    def schedule(self, pod: PodRequest, policy: PlacementPolicy | None = None, candidates: Iterable[str] | None = None) -> Placement | None:
+        """Best node over `candidates` (default all), ties to the tie ranking; nothing reserved."""
+        if candidates is None:
+            impl = self.policy(policy)
+            found = self._index.best(
+                (impl.name, pod.shape), impl.epoch, self.nodes, self._rank, lambda name: self.evaluate(pod, name, policy)
+            )
+            return None if found is None else self._placement(pod, found[0], found[1])
+        best: tuple[tuple[float, ...], int] | None = None
+        best_node = ""
+        best_eval: Evaluation | None = None
+        rank = self._rank
+        for name in candidates:
+            result = self.evaluate(pod, name, policy)
+            if isinstance(result, FitFailure):
+                continue
+            key = (result.key, -rank.get(name, 1 << 30))
+            if best is None or key > best:
+                best, best_node, best_eval = key, name, result
+        if best_eval is None:
+            return None
+        return self._placement(pod, best_node, best_eval)
+
+    def _placement(self, pod: PodRequest, node_name: str, ev: Evaluation) -> Placement:
+        node = self.nodes[node_name]
+        by_index = {g.index: g for g in node.gpus}
+        containers = []
+        for c, indices in zip(pod.gpu_containers, ev.assignment):
+            grants = tuple(
+                GpuGrant(i, MILLI_PER_GPU, by_index[i].memory_mib) if c.whole else GpuGrant(i, c.gpu_milli, c.gpu_memory_mib or 0)
+                for i in indices
+            )
+            containers.append(ContainerPlacement(c.name, grants))
+        return Placement(node_name, tuple(containers), ev.score)
+
+    # --- bookkeeping ----------------------------------------------------------------------------
+    def reserve(self, pod: PodRequest, placement: Placement) -> None:
+        """Commit a placement after re-checking it against the current state; raises
+        `ReserveConflict` (and changes nothing) when it no longer fits. Idempotent for a pod
+        already holding exactly this placement (kube-scheduler retries a bind)."""
+        held = self._pods.get(pod.uid)
+        if held is not None:
+            if held[1].node == placement.node and held[1].containers == placement.containers:
+                return
+            raise ReserveConflict(f"pod {pod.uid} already holds GPUs on {held[1].node}")
+        node = self.nodes.get(placement.node)
+        if node is None:
+            raise ReserveConflict(f"node {placement.node} is not in the inventory")
+        if (failure := host_fit(node, pod)) is not None:
+            raise ReserveConflict(f"{placement.node}: {failure.value}")
+        wanted = {c.name: c for c in pod.gpu_containers}
+        if sorted(wanted) != sorted(c.name for c in placement.containers):
+            raise ReserveConflict(f"placement does not cover the GPU containers of pod {pod.uid}")
+        by_index = {g.index: g for g in node.gpus}
+        need: dict[int, list[int]] = {}
+        for cp in placement.containers:
+            request = wanted[cp.name]
+            if len(cp.grants) != request.gpu_count or len({g.index for g in cp.grants}) != request.gpu_count:
+                raise ReserveConflict(f"container {cp.name}: {len(cp.grants)} GPUs granted, {request.gpu_count} requested")
+            for grant in cp.grants:
+                gpu = by_index.get(grant.index)
+                if gpu is None or not usable(gpu, pod):
+                    raise ReserveConflict(f"{placement.node}: GPU {grant.index} is missing, unhealthy or of another model")
+                if request.whole and not gpu.idle:
+                    raise ReserveConflict(f"{placement.node}: GPU {grant.index} is not idle for a whole-GPU request")
+                acc = need.setdefault(grant.index, [0, 0])
+                acc[0] += grant.milli
+                acc[1] += grant.memory_mib
+        for index, (milli, memory) in need.items():
+            gpu = by_index[index]
+            if milli > gpu.free_milli or memory > gpu.free_memory_mib:
+                raise ReserveConflict(f"{placement.node}: GPU {index} has {gpu.free_milli} milli / {gpu.free_memory_mib} MiB free")
+        self._apply(node, pod, placement, +1)
+        self._pods[pod.uid] = (pod, placement)
+
+    def release(self, uid: PodUid) -> Placement | None:
+        """Free what a pod holds (deleted, failed, or its bind was abandoned)."""
+        held = self._pods.pop(uid, None)
+        if held is None:
+            return None
+        pod, placement = held
+        node = self.nodes.get(placement.node)
+        if node is not None:
+            self._apply(node, pod, placement, -1)
+        return placement
+
+    def _apply(self, node: NodeState, pod: PodRequest, placement: Placement, sign: int) -> None:
+        by_index = {g.index: g for g in node.gpus}
+        offline = pod.app_class == "offline"
+        for cp in placement.containers:
+            for grant in cp.grants:
+                gpu = by_index.get(grant.index)
+                if gpu is None:
+                    continue
+                gpu.used_milli += sign * grant.milli
+                gpu.used_memory_mib += sign * grant.memory_mib
+                if offline:
+                    gpu.offline_milli += sign * grant.milli
+        node.used_cpu_milli += sign * pod.cpu_milli
+        node.used_memory_mib += sign * pod.memory_mib
+        self._changed(node)
+
+    def allocated(self) -> Mapping[PodUid, Placement]:
+        return {uid: placement for uid, (_, placement) in self._pods.items()}
+
+    def pod(self, uid: PodUid) -> PodRequest | None:
+        held = self._pods.get(uid)
+        return None if held is None else held[0]
+
+    def usage(self) -> Usage:
+        cap = used = gpus = 0
+        for node in self.nodes.values():
+            for g in node.gpus:
+                if g.healthy:
+                    gpus += 1
+                    cap += MILLI_PER_GPU
+                    used += g.used_milli
+        return Usage(cap, used, gpus)
+
+    # --- allocation records (tessera.contract) --------------------------------------------------
+    def to_allocation(self, placement: Placement, assumed_at: str) -> Allocation:
+        node = self.nodes[placement.node]
+        by_index = {g.index: g for g in node.gpus}
+        return Allocation(
+            node=placement.node,
+            assumed_at=assumed_at,
+            containers={
+                cp.name: tuple(
+                    GpuShare(g.index, by_index[g.index].uuid, -(-g.milli // MILLI_PER_CORE), g.memory_mib) for g in cp.grants
+                )
+                for cp in placement.containers
+            },
+        )
+
+    def restore(self, pod: PodRequest, allocation: Allocation) -> Placement:
+        """Re-reserve a pod from its allocation record (extender restart); raises ReserveConflict."""
+        node = self.nodes.get(allocation.node)
+        if node is None:
+            raise ReserveConflict(f"node {allocation.node} is not in the inventory")
+        by_index = {g.index: g for g in node.gpus}
+        containers = []
+        for name, shares in sorted(allocation.containers.items()):
+            for s in shares:
+                gpu = by_index.get(s.index)
+                if gpu is None or (s.uuid and gpu.uuid and s.uuid != gpu.uuid):
+                    raise ReserveConflict(f"{allocation.node}: GPU {s.index} ({s.uuid}) is not on the node any more")
+            grants = tuple(GpuGrant(s.index, s.core * MILLI_PER_CORE, s.memory_mib) for s in shares)
+            containers.append(ContainerPlacement(name, grants))
+        order = {c.name: i for i, c in enumerate(pod.gpu_containers)}
+        containers.sort(key=lambda cp: order.get(cp.name, len(order)))
+        placement = Placement(allocation.node, tuple(containers))
+        self.reserve(pod, placement)
+        return placement
+
+
+def extender_scores(scores: Mapping[str, float | None]) -> dict[str, int]:
+    """Map raw scores to kube-scheduler's extender scale 0..10: the best node(s) get 10, every
+    other node 0..9 by min-max, so the extender's first choice is never tied away by rounding."""
+    valid = {n: s for n, s in scores.items() if s is not None}
+    if not valid:
+        return {n: 0 for n in scores}
+    top = max(valid.values())
+    rest = [s for s in valid.values() if s < top]
+    low = min(rest) if rest else top
+    out: dict[str, int] = {}
+    for name, s in scores.items():
+        if s is None:
+            out[name] = 0
+        elif s >= top:
+            out[name] = 10
+        elif top - low <= 0 or not rest:
+            out[name] = 9
+        else:
+            out[name] = int(9 * (s - low) / (max(rest) - low)) if max(rest) > low else 9
+    return out

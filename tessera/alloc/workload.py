@@ -1,0 +1,130 @@
+"""The workload mix: which pod shapes arrive and how often, as FGD's "typical pods".
+
+FGD measures a node's fragmentation against the distribution of pod shapes. The paper takes it
+from the whole trace up front; a live cluster does not know the future, so `WorkloadMix` learns it
+from arrivals with exponential decay (the extender feeds it every pod it sees in /filter, the
+simulator every arriving pod). Policies read an immutable `MixSnapshot`; a new snapshot (new
+`epoch`) is taken only when the estimate has drifted, so per-node score caches stay valid between.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tessera.alloc.model import PodRequest
+
+# (gpu_count, gpu_milli, gpu_memory_mib or None, cpu_milli, host memory MiB, gpu models or None)
+ShapeKey = tuple[int, int, int | None, int, int, frozenset[str] | None]
+
+
+@dataclass(frozen=True)
+class TypicalShape:
+    """One pod shape of the mix, with its probability. A multi-container pod is folded into its
+    largest GPU container (fragmentation is about what one GPU or node can still take)."""
+
+    gpu_count: int
+    gpu_milli: int
+    gpu_memory_mib: int | None
+    cpu_milli: int
+    memory_mib: int
+    gpu_models: frozenset[str] | None
+    weight: float
+
+
+@dataclass(frozen=True)
+class MixSnapshot:
+    epoch: int
+    shapes: tuple[TypicalShape, ...]
+
+
+def shape_of(pod: PodRequest) -> ShapeKey:
+    gpu = pod.gpu_containers
+    if not gpu:
+        return (0, 0, None, pod.cpu_milli, pod.memory_mib, pod.gpu_models)
+    big = max(gpu, key=lambda c: c.total_milli)
+    count = sum(c.gpu_count for c in gpu if c.whole) if big.whole else 1
+    return (count, big.gpu_milli, big.gpu_memory_mib, pod.cpu_milli, pod.memory_mib, pod.gpu_models)
+
+
+def static_snapshot(pods: Iterable[PodRequest], *, epoch: int = 0) -> MixSnapshot:
+    """The mix of a known pod list, weighted by pod count (what the FGD paper does)."""
+    counts: dict[ShapeKey, float] = {}
+    for pod in pods:
+        key = shape_of(pod)
+        counts[key] = counts.get(key, 0.0) + 1.0
+    return _snapshot(counts, epoch)
+
+
+def _snapshot(weights: dict[ShapeKey, float], epoch: int) -> MixSnapshot:
+    total = sum(weights.values())
+    if total <= 0:
+        return MixSnapshot(epoch, ())
+    shapes = tuple(
+        TypicalShape(*key, weight=w / total) for key, w in sorted(weights.items(), key=lambda kv: (-kv[1], repr(kv[0])))
+    )
+    return MixSnapshot(epoch, shapes)
+
+
+@dataclass
+class MixSettings:
+    """How the live mix estimate learns and when policies see a new one."""
+
+    half_life_pods: float = 2000.0
+    """Default 2000 arrivals: long enough to smooth bursts of one job's replicas, short enough to
+    follow a day/night change of the mix within a few thousand pods."""
+    drift_threshold: float = 0.05
+    """Default 0.05 (L1 distance): a new snapshot only when the mix moved this much, because each
+    new snapshot invalidates every cached node score."""
+    min_weight: float = 0.002
+    """Default 0.2 %: shapes rarer than this are dropped from snapshots (FGD keeps the popular
+    shapes too); it bounds the cost of the fragmentation measure."""
+
+
+# Before any pod has been seen, assume whole single-GPU pods: idle compute that is not a whole
+# free GPU counts as stranded, which makes the policy pack shares (a safe starting point).
+DEFAULT_PRIOR = MixSnapshot(0, (TypicalShape(1, 1000, None, 0, 0, None, 1.0),))
+
+
+@dataclass
+class WorkloadMix:
+    """Decayed estimate of the arriving pod shapes. Not thread-safe (callers hold their lock)."""
+
+    settings: MixSettings = field(default_factory=MixSettings)
+    prior: MixSnapshot | None = None
+    _weights: dict[ShapeKey, float] = field(default_factory=dict)
+    _increment: float = 1.0
+    _snapshot: MixSnapshot = DEFAULT_PRIOR
+
+    def __post_init__(self) -> None:
+        if self.prior is not None:
+            self._snapshot = self.prior
+            for s in self.prior.shapes:
+                key = (s.gpu_count, s.gpu_milli, s.gpu_memory_mib, s.cpu_milli, s.memory_mib, s.gpu_models)
+                self._weights[key] = s.weight
+
+    def observe(self, pod: PodRequest) -> None:
+        # Decay by growing the increment instead of shrinking every weight: O(1) per arrival.
+        self._increment *= math.exp(math.log(2.0) / self.settings.half_life_pods)
+        key = shape_of(pod)
+        self._weights[key] = self._weights.get(key, 0.0) + self._increment
+        if self._increment > 1e100:
+            self._weights = {k: w / self._increment for k, w in self._weights.items() if w / self._increment > 1e-12}
+            self._increment = 1.0
+
+    def current(self) -> dict[ShapeKey, float]:
+        total = sum(self._weights.values())
+        if total <= 0:
+            return {}
+        return {k: w / total for k, w in self._weights.items()}
+
+    def snapshot(self) -> MixSnapshot:
+        """The mix policies should use now; a new epoch only after drift beyond the threshold."""
+        now = {k: w for k, w in self.current().items() if w >= self.settings.min_weight}
+        if not now:
+            return self._snapshot
+        old = {(s.gpu_count, s.gpu_milli, s.gpu_memory_mib, s.cpu_milli, s.memory_mib, s.gpu_models): s.weight for s in self._snapshot.shapes}
+        drift = sum(abs(now.get(k, 0.0) - old.get(k, 0.0)) for k in now.keys() | old.keys())
+        if drift > self.settings.drift_threshold:
+            self._snapshot = _snapshot(now, self._snapshot.epoch + 1)
+        return self._snapshot

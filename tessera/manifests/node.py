@@ -1,0 +1,194 @@
+"""The node DaemonSet: Tessera device plugin + node isolation agent, on `shared` pools only.
+
+One pod per shared node, two containers, least privilege per container:
+
+| container | runs | privileged | why |
+| --- | --- | --- | --- |
+| device-plugin | `tessera node device-plugin` | no (uid 0, all capabilities dropped) | writes its socket into the root-owned kubelet directory; NVML through the NVIDIA runtime |
+| agent | `tessera node agent` | yes | cgroup freezer writes, the MPS control daemon, stopping processes of other pods |
+
+`hostPID` (pod-wide) lets the agent map NVML process ids to pods through `/proc/<pid>/cgroup` and
+signal them. Host paths are exactly these (nothing else of the host is visible):
+
+- `/var/lib/kubelet/device-plugins` (device plugin, rw): kubelet.sock and the plugin's socket;
+- `/var/lib/kubelet/pod-resources` (both, ro): kubelet's PodResources API socket, to find which pod
+  a container belongs to (connecting to a socket works on a read-only mount);
+- `/run/tessera` (both, rw): the device plugin <-> agent socket and MPS pipe/log directories that
+  the device plugin hands to containers;
+- `/sys/fs/cgroup` (agent, rw): freezer (v2 `cgroup.freeze`, v1 freezer) and per-pod accounting.
+
+No `/dev` mount: the agent is privileged (it sees devices already) and the device plugin gets
+NVML through the NVIDIA container runtime (`NVIDIA_VISIBLE_DEVICES=all`, utility capability).
+"""
+from __future__ import annotations
+
+from typing import Any, Final
+
+from tessera.contract import LABEL_POOL_KIND, TAINT_GPU
+from tessera.manifests.objects import (
+    KubeObject,
+    component_labels,
+    env,
+    field_env,
+    metadata,
+    obj,
+    policy_rule,
+    resources,
+    selector_labels,
+    service_account,
+)
+from tessera.manifests.pools import pools_env, pools_mount, pools_volume
+from tessera.manifests.rbac import cluster_grant
+from tessera.manifests.settings import PlatformSettings
+
+COMPONENT: Final = "node"
+NAME: Final = "tessera-node"
+DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
+POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
+RUN_DIR: Final = "/run/tessera"
+CGROUP_DIR: Final = "/sys/fs/cgroup"
+SHARED_NODE_SELECTOR: Final = {LABEL_POOL_KIND: "shared"}
+
+
+def node_rules() -> list[dict[str, Any]]:
+    """The API calls the device plugin and agent make (same ServiceAccount for both containers)."""
+    return [
+        # pods on this node (allocation records; the field selector is not expressible in RBAC)
+        policy_rule([""], ["pods"], ["get", "list", "watch"]),
+        # GPU inventory annotation on the node and gpu-memory capacity in its status
+        policy_rule([""], ["nodes"], ["get", "patch"]),
+        policy_rule([""], ["nodes/status"], ["patch"]),
+        # "stopped for exceeding gpu-memory", "frozen for online work"
+        policy_rule([""], ["events"], ["create", "patch"]),
+        policy_rule(["events.k8s.io"], ["events"], ["create", "patch"]),
+    ]
+
+
+def _host_path(name: str, path: str, kind: str) -> dict[str, Any]:
+    return {"name": name, "hostPath": {"path": path, "type": kind}}
+
+
+def _common_env() -> list[dict[str, Any]]:
+    return [field_env("NODE_NAME", "spec.nodeName"), *env(pools_env())]
+
+
+def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
+    return {
+        "name": "device-plugin",
+        "image": settings.tessera_image,
+        "imagePullPolicy": settings.pull_policy,
+        "command": ["tessera", "node", "device-plugin", "--device-plugin-dir", DEVICE_PLUGIN_DIR],
+        "env": [
+            *_common_env(),
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        ],
+        "resources": resources("50m", "64Mi", "500m", "256Mi"),
+        "securityContext": {
+            # uid 0 only to own files in the root-owned kubelet directory; no capability, no escalation
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "device-plugins", "mountPath": DEVICE_PLUGIN_DIR},
+            {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
+            {"name": "run-tessera", "mountPath": RUN_DIR},
+            pools_mount(),
+        ],
+    }
+
+
+def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
+    probe = {"httpGet": {"path": "/metrics", "port": "metrics", "scheme": "HTTP"}, "periodSeconds": 15, "timeoutSeconds": 3}
+    return {
+        "name": "agent",
+        "image": settings.tessera_image,
+        "imagePullPolicy": settings.pull_policy,
+        "command": ["tessera", "node", "agent", "--metrics-port", str(settings.monitoring.metrics_port)],
+        "env": [
+            *_common_env(),
+            # compute for nvidia-cuda-mps-control, utility for NVML
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        ],
+        "ports": [{"name": "metrics", "containerPort": settings.monitoring.metrics_port, "protocol": "TCP"}],
+        "livenessProbe": {**probe, "initialDelaySeconds": 15, "failureThreshold": 4},
+        "readinessProbe": {**probe, "failureThreshold": 2},
+        "resources": resources("100m", "128Mi", "1", "512Mi"),
+        "securityContext": {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True},
+        "volumeMounts": [
+            {"name": "cgroup", "mountPath": CGROUP_DIR},
+            {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
+            {"name": "run-tessera", "mountPath": RUN_DIR},
+            pools_mount(),
+        ],
+    }
+
+
+def _daemonset(settings: PlatformSettings) -> KubeObject:
+    pod_spec = {
+        "serviceAccountName": NAME,
+        "automountServiceAccountToken": True,  # both containers are API clients
+        "priorityClassName": "system-node-critical",
+        "hostPID": True,
+        "nodeSelector": dict(SHARED_NODE_SELECTOR),
+        # every GPU pool is tainted tessera.dev/gpu=<kind>:NoSchedule; the selector already limits us to shared
+        "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 30,  # the agent thaws frozen containers on SIGTERM
+        "imagePullSecrets": settings.image_pull_secrets(),
+        "containers": [_device_plugin_container(settings), _agent_container(settings)],
+        "volumes": [
+            _host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
+            _host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),
+            _host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
+            _host_path("cgroup", CGROUP_DIR, "Directory"),
+            pools_volume(),
+        ],
+    }
+    labels = component_labels(COMPONENT, NAME)
+    return obj(
+        "apps/v1",
+        "DaemonSet",
+        metadata(NAME, COMPONENT, settings.namespace),
+        spec={
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(COMPONENT, NAME)},
+            # one node at a time: the new agent thaws anything the old one left frozen before moving on
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {"metadata": {"labels": dict(sorted(labels.items()))}, "spec": pod_spec},
+        },
+    )
+
+
+def _metrics_service(settings: PlatformSettings) -> KubeObject:
+    annotations = {}
+    if settings.monitoring.enabled:
+        annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(settings.monitoring.metrics_port), "prometheus.io/path": "/metrics"}
+    return obj(
+        "v1",
+        "Service",
+        metadata(f"{NAME}-metrics", COMPONENT, settings.namespace, annotations=annotations),
+        spec={
+            # headless: Prometheus scrapes every node's agent, not a load-balanced one
+            "clusterIP": "None",
+            "selector": selector_labels(COMPONENT, NAME),
+            "ports": [{"name": "metrics", "port": settings.monitoring.metrics_port, "targetPort": "metrics", "protocol": "TCP"}],
+        },
+    )
+
+
+def build_node_objects(settings: PlatformSettings) -> list[KubeObject]:
+    """ServiceAccount, RBAC, DaemonSet and metrics Service of the node side."""
+    if not settings.sharing_enabled:
+        return []
+    return [
+        service_account(NAME, COMPONENT, settings.namespace),
+        *cluster_grant(NAME, COMPONENT, node_rules(), NAME, settings.namespace),
+        _daemonset(settings),
+        _metrics_service(settings),
+    ]

@@ -1,0 +1,96 @@
+"""Objects -> YAML files, byte-stable: the pure core of `tessera render`.
+
+One file per component, numbered in apply order (`kubectl apply -f DIR` reads files in name order),
+and the gpu-operator release in its own sub-directory (a plain `kubectl apply -f DIR` does not
+recurse into it; Helm or Pulumi installs it). Keys are written in a canonical order (apiVersion,
+kind, metadata first, then sorted), so the bytes depend only on the objects, never on the order a
+builder happened to insert keys in.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import yaml
+
+from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, gpu_operator_release
+
+if TYPE_CHECKING:
+    from components.config.stack import StackConfig
+
+GPU_OPERATOR_DIR: Final = "gpu-operator"
+VALUES_FILE: Final = f"{GPU_OPERATOR_DIR}/values.yaml"
+RELEASE_FILE: Final = f"{GPU_OPERATOR_DIR}/release.yaml"
+# Files `render` owns in the output directory (stale ones are removed so `kubectl apply -f` never
+# re-applies a component the stack no longer has); anything else in the directory is left alone.
+OWNED_FILE: Final = re.compile(r"^\d\d-[a-z0-9-]+\.yaml$")
+_TOP_KEYS: Final = ("apiVersion", "kind", "metadata")
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style; multi-line strings (embedded configs) as literal blocks for readable diffs."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def canonical(value: Any, top: bool = False) -> Any:
+    """Dicts with sorted keys (API objects: apiVersion, kind, metadata first); lists keep their order."""
+    if isinstance(value, Mapping):
+        keys = sorted(value, key=str)
+        if top:
+            keys = [k for k in _TOP_KEYS if k in value] + [k for k in keys if k not in _TOP_KEYS]
+        return {k: canonical(value[k]) for k in keys}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return value
+
+
+def dump_documents(objects: list[dict[str, Any]]) -> str:
+    docs = [canonical(o, top=True) for o in objects]
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True, width=120)
+
+
+def component_file(component: str) -> str:
+    return f"{COMPONENT_ORDER.index(component):02d}-{component}.yaml"
+
+
+def _header(source: str, what: str) -> str:
+    return f"# Rendered by `tessera render` from {source}: {what}. Do not edit; change the stack file.\n"
+
+
+def _release_files(release: HelmRelease, source: str) -> dict[str, str]:
+    values = _header(source, f"values for the {release.chart} Helm chart") + yaml.dump(
+        canonical(release.values), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120
+    )
+    description = {
+        "name": release.name,
+        "chart": release.chart,
+        "version": release.version,
+        "repository": release.repository,
+        "namespace": release.namespace,
+        "valuesFile": "values.yaml",
+        "install": release.helm_command(VALUES_FILE),
+    }
+    text = _header(source, "the Helm release to install (not a Kubernetes object)") + yaml.dump(
+        description, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200
+    )
+    return {VALUES_FILE: values, RELEASE_FILE: text}
+
+
+def render_files(config: StackConfig, source: str) -> dict[str, str]:
+    """Relative file name -> content for one stack. `source` is the stack file's name (header only)."""
+    files: dict[str, str] = {}
+    for component, objects in build_stack(config).items():
+        files[component_file(component)] = _header(source, f"component {component}") + dump_documents(objects)
+    release = gpu_operator_release(config)
+    if release is not None:
+        files.update(_release_files(release, source))
+    return dict(sorted(files.items()))

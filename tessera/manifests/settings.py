@@ -1,0 +1,147 @@
+"""What the Tessera sharing stack's builders need from a stack, as small frozen dataclasses.
+
+The builders in this package take these settings, not the pydantic stack model, so that they stay
+pure and testable with literal values; `platform_settings()` is the one adapter from
+`components.config.StackConfig` to them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tessera.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
+
+if TYPE_CHECKING:  # the adapter is the only place that knows the config model
+    from components.config.stack import StackConfig
+
+
+@dataclass(frozen=True)
+class SharedPool:
+    """One `shared` pool's sharing settings, as the extender, agent and webhook read them."""
+
+    name: str
+    policy: SharingPolicy = "best-effort"
+    placement: GpuPlacement = "binpack"
+    online_offline: bool = False
+    qgpu_aliases: bool = False
+    memory_enforcement: str = "enforce"
+    offline_resume_idle_seconds: float = 2.0
+    shares_per_gpu: int | None = None
+    """At most this many containers per GPU; None = limited only by 100 gpu-core units."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "placement": self.placement,
+            "onlineOffline": self.online_offline,
+            "qgpuAliases": self.qgpu_aliases,
+            "memoryEnforcement": self.memory_enforcement,
+            "offlineResumeIdleSeconds": self.offline_resume_idle_seconds,
+            "sharesPerGpu": self.shares_per_gpu,
+        }
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """The second kube-scheduler and its extender entry (defaults match the stack config's)."""
+
+    placement: NodePlacement = "fragmentation-aware"
+    replicas: int = 2
+    """Default 2: kube-scheduler elects a leader, a standby takes over within the lease duration."""
+    weight: int = 5
+    """Extender priority weight; kube-scheduler multiplies the extender's 0-10 score by it."""
+    http_timeout_seconds: float = 5.0
+    """Default 5 s: filter/prioritize answer in ms; bind writes a ConfigMap and two API calls."""
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class NamespaceQuota:
+    """A ResourceQuota on GPU resources for one namespace (`requests.<resource>` -> quantity)."""
+
+    namespace: str
+    hard: dict[str, str]
+
+
+@dataclass(frozen=True)
+class MonitoringSettings:
+    """How Prometheus finds Tessera's metrics."""
+
+    enabled: bool = True
+    """Expose metrics and add `prometheus.io/*` scrape annotations on the metrics Services."""
+    service_monitors: bool = False
+    """Create prometheus-operator ServiceMonitors (needs its CRDs; default False)."""
+    scrape_interval_seconds: int = 30
+    metrics_port: int = 9500
+    """Port of the node agent's /metrics."""
+
+
+@dataclass(frozen=True)
+class PlatformSettings:
+    """Everything the Tessera sharing stack's manifests depend on."""
+
+    kubernetes_version: str
+    tessera_image: str
+    kube_scheduler_image: str
+    shared_pools: tuple[SharedPool, ...] = ()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    quotas: tuple[NamespaceQuota, ...] = ()
+    monitoring: MonitoringSettings = MonitoringSettings()
+    namespace: str = TESSERA_NAMESPACE
+    pull_policy: str = "IfNotPresent"
+    pull_secrets: tuple[str, ...] = field(default=())
+
+    @property
+    def sharing_enabled(self) -> bool:
+        """The extender, second scheduler and node DaemonSet exist only when a shared pool does."""
+        return bool(self.shared_pools)
+
+    def image_pull_secrets(self) -> list[dict[str, str]]:
+        return [{"name": s} for s in self.pull_secrets]
+
+
+# Rendering needs a schema version even when an `existing` cluster's version is not given.
+DEFAULT_KUBERNETES_VERSION = "1.30.0"
+
+
+def platform_settings(config: StackConfig) -> PlatformSettings:
+    """The adapter: a validated StackConfig -> the settings the builders read."""
+    shared = tuple(
+        SharedPool(
+            name=p.name,
+            policy=p.sharing.policy,
+            placement=p.sharing.placement,
+            online_offline=p.sharing.online_offline,
+            qgpu_aliases=p.sharing.qgpu_aliases,
+            memory_enforcement=p.sharing.memory_enforcement,
+            offline_resume_idle_seconds=p.sharing.offline_resume_idle_seconds,
+            shares_per_gpu=p.sharing.shares_per_gpu,
+        )
+        for p in sorted(config.node_pools, key=lambda p: p.name)
+        if p.kind == "shared"
+    )
+    s = config.scheduler
+    m = config.monitoring
+    return PlatformSettings(
+        kubernetes_version=config.cluster.kubernetes_version or DEFAULT_KUBERNETES_VERSION,
+        tessera_image=config.tessera_image(),
+        kube_scheduler_image=config.kube_scheduler_image(),
+        shared_pools=shared,
+        scheduler=SchedulerSettings(
+            placement=s.placement,
+            replicas=s.replicas,
+            weight=s.weight,
+            http_timeout_seconds=s.http_timeout_seconds,
+            log_level=s.log_level,
+        ),
+        quotas=tuple(NamespaceQuota(q.namespace, q.hard()) for q in config.quotas if q.hard()),
+        monitoring=MonitoringSettings(
+            enabled=m.enabled,
+            service_monitors=m.service_monitors,
+            scrape_interval_seconds=m.scrape_interval_seconds,
+            metrics_port=m.metrics_port,
+        ),
+        namespace=config.namespace,
+        pull_policy=config.images.pull_policy,
+        pull_secrets=tuple(config.images.pull_secrets),
+    )

@@ -1,0 +1,79 @@
+"""What is written at bind besides the pod annotations: the allocation ConfigMap.
+
+Pure functions. The ConfigMap holds, per container, the keys of `ALLOCATION_ENV_KEYS` as
+`<container>.<KEY>`; the webhook wired each container's env to them with `configMapKeyRef`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from tessera.contract import (
+    ALLOCATION_ENV_KEYS,
+    ANNOTATION_ALLOCATION_CONFIGMAP,
+    Allocation,
+    GpuShare,
+    mps_log_directory,
+    mps_pipe_directory,
+)
+from tessera.kube.api import KubeObject
+
+CONFIGMAP_PREFIX: Final = "tessera-alloc-"  # the webhook's prefix, used when it did not name one
+ALLOCATION_LABEL: Final = "tessera.dev/allocation-for"  # ConfigMap label: the pod's name
+
+
+def container_env(shares: tuple[GpuShare, ...], gpu_memory_mib: Mapping[int, int]) -> dict[str, str]:
+    """The env of one container. Memory limits use device ordinals as the container sees them
+    (0..n-1 in NVIDIA_VISIBLE_DEVICES order), which is what MPS clients index by. A share that
+    asked for no memory gets the GPU's full memory (`gpu_memory_mib`: index -> MiB)."""
+    limits = [s.memory_mib or gpu_memory_mib.get(s.index, 0) for s in shares]
+    first = shares[0].uuid
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(s.uuid for s in shares),
+        "TESSERA_GPU_CORE": str(sum(s.core for s in shares)),
+        "TESSERA_GPU_MEMORY_MIB": str(limits[0]),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(shares[0].core),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}M" for i, mib in enumerate(limits)),
+        "CUDA_MPS_PIPE_DIRECTORY": mps_pipe_directory(first),
+        "CUDA_MPS_LOG_DIRECTORY": mps_log_directory(first),
+    }
+    assert tuple(env) == ALLOCATION_ENV_KEYS, "keep in step with tessera.contract.ALLOCATION_ENV_KEYS"
+    return env
+
+
+def configmap_data(allocation: Allocation, gpu_memory_mib: Mapping[int, int]) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for container, shares in sorted(allocation.containers.items()):
+        if shares:
+            data.update({f"{container}.{key}": value for key, value in container_env(shares, gpu_memory_mib).items()})
+    return data
+
+
+def configmap_name(pod: KubeObject) -> str:
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    name = annotations.get(ANNOTATION_ALLOCATION_CONFIGMAP)
+    return str(name) if name else CONFIGMAP_PREFIX + str(pod["metadata"].get("uid", pod["metadata"]["name"])).lower()
+
+
+def configmap_body(pod: KubeObject, name: str, data: Mapping[str, str]) -> KubeObject:
+    """Owned by the pod, so the garbage collector deletes it with the pod."""
+    meta = pod["metadata"]
+    owner: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "blockOwnerDeletion": False,
+        "controller": False,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": meta.get("namespace", "default"),
+            "labels": {ALLOCATION_LABEL: meta["name"][:63].rstrip("-_.")},
+            "ownerReferences": [owner],
+        },
+        "data": dict(data),
+    }

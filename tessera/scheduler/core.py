@@ -1,0 +1,130 @@
+"""The extender's decisions for /filter and /prioritize, and /bind delegated to the binder.
+
+Typed in, typed out (`extender_types`); the HTTP adapter does the JSON. Pods that ask for no
+Tessera GPU pass through untouched: the extender is normally configured with `managedResources`
+so kube-scheduler does not even call it for them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from tessera.alloc import Evaluation, FitFailure, InvalidRequest, PodRequest, extender_scores, pod_request_from_k8s
+from tessera.kube.api import KubeObject
+from tessera.scheduler.binder import Binder
+from tessera.scheduler.extender_types import (
+    MAX_EXTENDER_PRIORITY,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+)
+from tessera.scheduler.metrics import ExtenderMetrics
+from tessera.scheduler.state import SchedulerState
+
+NOT_SHARED: Final = "not a Tessera shared GPU node (no tessera.dev/gpus inventory)"
+# preemption cannot help with these, so kube-scheduler should not try it
+_UNRESOLVABLE: Final = frozenset({FitFailure.UNKNOWN_NODE, FitFailure.GPU_MODEL})
+
+PodSink = Callable[[KubeObject], KubeObject]
+
+
+def _message(reason: str) -> str:
+    return f"tessera: {reason}"
+
+
+class Extender:
+    def __init__(self, state: SchedulerState, binder: Binder, *, ready: Callable[[], bool], pod_sink: PodSink | None = None) -> None:
+        """`pod_sink`: in --simulate, makes the pod exist in the in-memory cluster and returns it."""
+        self._state = state
+        self._binder = binder
+        self._ready = ready
+        self._pod_sink = pod_sink
+
+    def _request(self, args: ExtenderArgs) -> tuple[KubeObject, PodRequest]:
+        pod = self._pod_sink(args.pod) if self._pod_sink is not None else args.pod
+        return pod, pod_request_from_k8s(pod)
+
+    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        names = args.candidate_names()
+        try:
+            _, request = self._request(args)
+        except InvalidRequest as exc:
+            return self._result(args, [], {}, {n: _message(str(exc)) for n in names})
+        if not request.gpu_containers:
+            return self._result(args, names, {}, {})
+        feasible: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        with self._state.lock:
+            self._state.observe_once(request)
+            held = self._state.held_node(request.uid)
+            cluster = self._state.cluster
+            for name in names:
+                if name == held:
+                    feasible.append(name)  # its own reservation (rebuilt after a restart)
+                    continue
+                if name not in cluster.nodes:
+                    unresolvable[name] = _message(NOT_SHARED)
+                    continue
+                failure = cluster.check_fit(request, name)
+                if failure is None:
+                    feasible.append(name)
+                elif failure in _UNRESOLVABLE:
+                    unresolvable[name] = _message(failure.value)
+                else:
+                    failed[name] = _message(failure.value)
+        return self._result(args, feasible, failed, unresolvable)
+
+    @staticmethod
+    def _result(args: ExtenderArgs, feasible: list[str], failed: dict[str, str], unresolvable: dict[str, str]) -> ExtenderFilterResult:
+        if args.node_names is not None or args.nodes is None:
+            return ExtenderFilterResult(node_names=feasible, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
+        keep = set(feasible)
+        nodes = [n for n in args.nodes if n["metadata"]["name"] in keep]
+        return ExtenderFilterResult(nodes=nodes, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
+
+    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        names = args.candidate_names()
+        try:
+            _, request = self._request(args)
+        except InvalidRequest:
+            return [HostPriority(n, 0) for n in names]
+        if not request.gpu_containers:
+            return [HostPriority(n, 0) for n in names]
+        with self._state.lock:
+            held = self._state.held_node(request.uid)
+            cluster = self._state.cluster
+            evaluations: dict[str, Evaluation | FitFailure] = {n: cluster.evaluate(request, n) for n in names if n != held}
+        scores = _scale(evaluations)
+        if held is not None and held in names:
+            # the pod already holds GPUs there (rebuilt reservation): going back re-uses them
+            scores = {n: min(s, MAX_EXTENDER_PRIORITY - 1) for n, s in scores.items()}
+            scores[held] = MAX_EXTENDER_PRIORITY
+        return [HostPriority(n, scores.get(n, 0)) for n in names]
+
+    def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        return self._binder.bind(args)
+
+    def health(self) -> tuple[bool, str]:
+        if not self._ready():
+            return False, "syncing nodes and pods from the API server"
+        nodes, pods, gpus, allocated = self._state.summary()
+        return True, f"ok: {nodes} nodes, {gpus} GPUs, {pods} pods, {allocated:.2f} GPUs allocated"
+
+    def refresh_metrics(self, metrics: ExtenderMetrics) -> None:
+        self._state.refresh_metrics(metrics)
+
+
+def _scale(evaluations: dict[str, Evaluation | FitFailure]) -> dict[str, int]:
+    """0..10 with only the policy's single best key at 10: `extender_scores` ranks by the first
+    key element, and nodes it ties at the top are split by the rest of the key here."""
+    valid = {n: e for n, e in evaluations.items() if isinstance(e, Evaluation)}
+    scores = extender_scores({n: (e.score if isinstance(e, Evaluation) else None) for n, e in evaluations.items()})
+    if valid:
+        best = max(e.key for e in valid.values())
+        for name, evaluation in valid.items():
+            if scores[name] == MAX_EXTENDER_PRIORITY and evaluation.key != best:
+                scores[name] = MAX_EXTENDER_PRIORITY - 1
+    return scores

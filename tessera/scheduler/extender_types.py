@@ -1,0 +1,188 @@
+"""kube-scheduler's extender wire types (`k8s.io/kube-scheduler/extender/v1`).
+
+The Go structs carry no json tags, so the JSON keys are the Go field names: `Pod`, `Nodes`,
+`NodeNames`, `FailedNodes`, `FailedAndUnresolvableNodes`, `Error`, `Host`, `Score`, `PodName`,
+`PodNamespace`, `PodUID`, `Node`. Go's decoder matches keys case-insensitively, so we read them
+that way too, and always write the exact names. `Nodes` is a `v1.NodeList` (`{"items": [...]}`).
+Decoding raises `WireError` with a message fit for an HTTP 400 reply.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from tessera.kube.api import KubeObject
+
+MIN_EXTENDER_PRIORITY: Final = 0
+MAX_EXTENDER_PRIORITY: Final = 10  # kube-scheduler multiplies by weight and by 100/10
+
+
+class WireError(ValueError):
+    """The request body is not what kube-scheduler sends."""
+
+
+def _field(data: Mapping[str, Any], name: str) -> Any:
+    """Go's encoding/json: exact match first, then case-insensitive."""
+    if name in data:
+        return data[name]
+    lowered = name.lower()
+    for key, value in data.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return None
+
+
+def _object(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise WireError(f"{what} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _string(data: Mapping[str, Any], name: str, *, required: bool) -> str:
+    value = _field(data, name)
+    if value is None:
+        if required:
+            raise WireError(f"field {name} is required")
+        return ""
+    if not isinstance(value, str):
+        raise WireError(f"field {name} must be a string, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """Body of /filter and /prioritize. Exactly one of `nodes` (full objects, when the extender
+    is not nodeCacheCapable) and `node_names` (when it is) is normally set."""
+
+    pod: KubeObject
+    nodes: list[KubeObject] | None = None
+    node_names: list[str] | None = None
+
+    @staticmethod
+    def from_json(data: Any) -> ExtenderArgs:
+        body = _object(data, "ExtenderArgs")
+        pod = _field(body, "Pod")
+        if pod is None:
+            raise WireError("field Pod is required")
+        pod = dict(_object(pod, "Pod"))
+        if not isinstance(pod.get("metadata"), Mapping):
+            raise WireError("Pod.metadata must be an object")
+        nodes_field = _field(body, "Nodes")
+        nodes: list[KubeObject] | None = None
+        if nodes_field is not None:
+            items = _object(nodes_field, "Nodes").get("items")
+            if items is None:
+                items = []
+            if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
+                raise WireError("Nodes.items must be a list of Node objects")
+            nodes = [dict(n) for n in items]
+            for node in nodes:
+                meta = node.get("metadata")
+                if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+                    raise WireError("every node in Nodes.items needs metadata.name")
+        names_field = _field(body, "NodeNames")
+        node_names: list[str] | None = None
+        if names_field is not None:
+            if not isinstance(names_field, list) or not all(isinstance(n, str) for n in names_field):
+                raise WireError("NodeNames must be a list of strings")
+            node_names = list(names_field)
+        return ExtenderArgs(pod, nodes, node_names)
+
+    def candidate_names(self) -> list[str]:
+        if self.node_names is not None:
+            return self.node_names
+        return [str(n["metadata"]["name"]) for n in self.nodes or []]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "Pod": self.pod,
+            "Nodes": None if self.nodes is None else {"items": self.nodes},
+            "NodeNames": self.node_names,
+        }
+
+
+@dataclass(frozen=True)
+class ExtenderFilterResult:
+    """Reply of /filter. Answer in the form asked: names for NodeNames, objects for Nodes."""
+
+    nodes: list[KubeObject] | None = None
+    node_names: list[str] | None = None
+    failed_nodes: dict[str, str] = field(default_factory=dict)
+    failed_and_unresolvable_nodes: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "Nodes": None if self.nodes is None else {"items": self.nodes},
+            "NodeNames": self.node_names,
+            "FailedNodes": self.failed_nodes,
+            "FailedAndUnresolvableNodes": self.failed_and_unresolvable_nodes,
+            "Error": self.error,
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> ExtenderFilterResult:
+        body = _object(data, "ExtenderFilterResult")
+        nodes_field = _field(body, "Nodes")
+        nodes = None if nodes_field is None else list(_object(nodes_field, "Nodes").get("items") or [])
+        names = _field(body, "NodeNames")
+        return ExtenderFilterResult(
+            nodes=nodes,
+            node_names=None if names is None else [str(n) for n in names],
+            failed_nodes=dict(_field(body, "FailedNodes") or {}),
+            failed_and_unresolvable_nodes=dict(_field(body, "FailedAndUnresolvableNodes") or {}),
+            error=_string(body, "Error", required=False),
+        )
+
+
+@dataclass(frozen=True)
+class HostPriority:
+    """One entry of /prioritize's reply (a JSON list of these)."""
+
+    host: str
+    score: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"Host": self.host, "Score": self.score}
+
+    @staticmethod
+    def from_json(data: Any) -> HostPriority:
+        body = _object(data, "HostPriority")
+        score = _field(body, "Score")
+        if not isinstance(score, int):
+            raise WireError("HostPriority.Score must be an integer")
+        return HostPriority(_string(body, "Host", required=True), score)
+
+
+@dataclass(frozen=True)
+class ExtenderBindingArgs:
+    """Body of /bind."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @staticmethod
+    def from_json(data: Any) -> ExtenderBindingArgs:
+        body = _object(data, "ExtenderBindingArgs")
+        return ExtenderBindingArgs(
+            pod_name=_string(body, "PodName", required=True),
+            pod_namespace=_string(body, "PodNamespace", required=True),
+            pod_uid=_string(body, "PodUID", required=False),
+            node=_string(body, "Node", required=True),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"PodName": self.pod_name, "PodNamespace": self.pod_namespace, "PodUID": self.pod_uid, "Node": self.node}
+
+
+@dataclass(frozen=True)
+class ExtenderBindingResult:
+    """Reply of /bind; an empty `Error` means the pod is bound."""
+
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"Error": self.error}

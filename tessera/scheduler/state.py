@@ -1,0 +1,315 @@
+"""The extender's cache: shared GPU nodes and the pods holding GPU capacity on them.
+
+It wraps `tessera.alloc.Cluster` (the inventory, reservations and placement policy) with what
+only the extender knows: which reservations are bound, which are in the middle of a bind, and
+which were rebuilt from annotations after a restart. One lock guards everything; the policy
+code is pure and not thread-safe.
+
+Sources of truth, in order: a bind in flight in this process (it owns its pod), then the pod's
+`tessera.dev/allocation` annotation as the API server reports it (watch events), then the TTL:
+a pod annotated but still unbound after `assume_ttl_s` lost its bind (kube-scheduler gave up or
+the extender died) and its reservation is released.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from tessera.alloc import Cluster, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
+from tessera.alloc import node_state_from_k8s, pod_request_from_k8s
+from tessera.alloc.model import MILLI_PER_GPU, PodUid
+from tessera.contract import ANNOTATION_ALLOCATION, LABEL_POOL_KIND, Allocation
+from tessera.kube.api import KubeObject
+from tessera.scheduler.metrics import ExtenderMetrics
+
+log = logging.getLogger(__name__)
+
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """How the cache behaves.
+
+    track_host_resources: default False: in a cluster kube-scheduler's own NodeResourcesFit checks
+        CPU and memory, and pods not scheduled by us use them too. True in --simulate, where
+        nobody else checks them.
+    assume_ttl_s: default 300 s: an annotated pod still unbound this long after its assume time
+        lost its bind (kube-scheduler's bind timeout is far shorter); its capacity is released.
+    seen_pods_limit: default 100 000: pods remembered as already fed into the workload mix, so a
+        pod retried by kube-scheduler counts once (bounded memory).
+    """
+
+    track_host_resources: bool = False
+    assume_ttl_s: float = 300.0
+    seen_pods_limit: int = 100_000
+
+
+class Holding(Enum):
+    IN_FLIGHT = "in-flight"  # a bind in this process reserved it and has not finished
+    ASSUMED = "assumed"  # annotated, not bound (after a restart or a failed bind)
+    BOUND = "bound"
+
+
+@dataclass
+class PodEntry:
+    namespace: str
+    name: str
+    node: str
+    holding: Holding
+    assumed_at: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class Expired:
+    namespace: str
+    name: str
+    uid: str
+    node: str  # the node the expired record named (only a record for this node is stripped)
+
+
+def parse_rfc3339(text: str) -> float:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0  # unreadable assume time: treat as long expired
+
+
+def is_shared_gpu_node(node: KubeObject) -> bool:
+    kind = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_POOL_KIND)
+    return kind in (None, "shared")
+
+
+class SchedulerState:
+    def __init__(self, cluster: Cluster, settings: StateSettings, *, clock: Callable[[], float]) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.lock = threading.RLock()
+        self._clock = clock
+        self._entries: dict[PodUid, PodEntry] = {}
+        self._node_fingerprints: dict[str, str] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.inconsistencies = 0  # records that could not be restored (should stay 0)
+
+    # --- nodes ----------------------------------------------------------------------------------
+    def apply_node(self, node: KubeObject) -> None:
+        name = str(node["metadata"]["name"])
+        try:
+            state = node_state_from_k8s(node, track_host_resources=self.settings.track_host_resources) if is_shared_gpu_node(node) else None
+        except InvalidRequest as exc:
+            log.warning("ignoring node %s: %s", name, exc)
+            state = None
+        with self.lock:
+            if state is None:
+                self.remove_node(name)
+                return
+            fingerprint = repr((state.gpus, state.labels, state.cpu_milli, state.memory_mib))
+            if self._node_fingerprints.get(name) == fingerprint:
+                return  # a heartbeat or status change that does not touch the inventory
+            self._node_fingerprints[name] = fingerprint
+            self._replace_inventory(state)
+
+    def _replace_inventory(self, state: NodeState) -> None:
+        old = self.cluster.nodes.get(state.name)
+        if old is not None and _same_gpus_but_health(old, state):
+            # health flips must not drop the pods running on the GPU (they still use it)
+            for new_gpu in state.gpus:
+                old_gpu = next(g for g in old.gpus if g.index == new_gpu.index)
+                if old_gpu.healthy != new_gpu.healthy:
+                    self.cluster.set_gpu_health(state.name, new_gpu.index, new_gpu.healthy)
+            if old.labels != state.labels or (old.cpu_milli, old.memory_mib) != (state.cpu_milli, state.memory_mib):
+                old.labels, old.cpu_milli, old.memory_mib = state.labels, state.cpu_milli, state.memory_mib
+                old.version += 1
+            return
+        for uid in self.cluster.add_node(state):
+            entry = self._entries.pop(uid, None)
+            self.inconsistencies += 1
+            log.error("pod %s no longer fits node %s after an inventory change; its GPUs are not tracked", entry and entry.name, state.name)
+
+    def remove_node(self, name: str) -> None:
+        with self.lock:
+            self._node_fingerprints.pop(name, None)
+            for uid in self.cluster.remove_node(name):
+                self._entries.pop(uid, None)
+
+    def replace_nodes(self, nodes: Iterable[KubeObject]) -> None:
+        """After a (re)list: apply every node, forget the ones that are gone."""
+        nodes = list(nodes)
+        with self.lock:
+            present = {str(n["metadata"]["name"]) for n in nodes}
+            for name in list(self.cluster.nodes):
+                if name not in present:
+                    self.remove_node(name)
+            for node in nodes:
+                self.apply_node(node)
+
+    # --- pods from the API ----------------------------------------------------------------------
+    def apply_pod(self, pod: KubeObject) -> None:
+        meta = pod.get("metadata") or {}
+        uid = PodUid(str(meta.get("uid", "")))
+        phase = (pod.get("status") or {}).get("phase")
+        with self.lock:
+            entry = self._entries.get(uid)
+            if phase in _TERMINAL_PHASES:
+                self._release(uid)
+                return
+            if entry is not None and entry.holding is Holding.IN_FLIGHT:
+                return  # the bind in flight owns this pod until it finishes
+            text = (meta.get("annotations") or {}).get(ANNOTATION_ALLOCATION)
+            if not text:
+                return  # nothing recorded; an entry without a record is left to the TTL
+            try:
+                allocation = Allocation.from_json(text)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("pod %s/%s: unreadable %s: %s", meta.get("namespace"), meta.get("name"), ANNOTATION_ALLOCATION, exc)
+                return
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to and bound_to != allocation.node:
+                log.warning("pod %s/%s is bound to %s but its allocation names %s", meta.get("namespace"), meta.get("name"), bound_to, allocation.node)
+                self._release(uid)
+                return
+            holding = Holding.BOUND if bound_to else Holding.ASSUMED
+            self._restore(pod, uid, allocation, holding)
+
+    def _restore(self, pod: KubeObject, uid: PodUid, allocation: Allocation, holding: Holding) -> None:
+        entry = self._entries.get(uid)
+        if entry is not None and entry.node == allocation.node and self.cluster.pod(uid) is not None:
+            entry.holding = holding
+            return
+        self._release(uid)
+        try:
+            request = pod_request_from_k8s(pod)
+            self.cluster.restore(request, allocation)
+        except (InvalidRequest, ReserveConflict) as exc:
+            self.inconsistencies += 1
+            log.error("cannot restore the allocation of pod %s: %s", uid, exc)
+            return
+        meta = pod["metadata"]
+        self._entries[uid] = PodEntry(
+            str(meta.get("namespace", "default")), str(meta.get("name", "")), allocation.node, holding, parse_rfc3339(allocation.assumed_at)
+        )
+
+    def delete_pod(self, pod: KubeObject) -> None:
+        uid = PodUid(str((pod.get("metadata") or {}).get("uid", "")))
+        with self.lock:
+            self._release(uid)
+
+    def replace_pods(self, pods: Iterable[KubeObject]) -> None:
+        """After a (re)list: apply every pod, release the ones that are gone (except in flight)."""
+        pods = list(pods)
+        with self.lock:
+            present = {str((p.get("metadata") or {}).get("uid", "")) for p in pods}
+            for uid, entry in list(self._entries.items()):
+                if uid not in present and entry.holding is not Holding.IN_FLIGHT:
+                    self._release(uid)
+            for pod in pods:
+                self.apply_pod(pod)
+
+    def _release(self, uid: PodUid) -> None:
+        self._entries.pop(uid, None)
+        self.cluster.release(uid)
+
+    # --- scheduling -----------------------------------------------------------------------------
+    def observe_once(self, request: PodRequest) -> None:
+        """Feed a pod into the workload mix the first time it is seen (caller holds the lock)."""
+        if request.uid in self._seen:
+            return
+        self._seen[request.uid] = None
+        if len(self._seen) > self.settings.seen_pods_limit:
+            self._seen.popitem(last=False)
+        self.cluster.observe(request)
+
+    def held_node(self, uid: PodUid) -> str | None:
+        """The node a pod already holds capacity on (its own share must not count against it)."""
+        entry = self._entries.get(uid)
+        return entry.node if entry is not None else None
+
+    def reserve_for_bind(self, request: PodRequest, node: str) -> Placement | FitFailure:
+        """Choose GPUs on `node` with the production policy and reserve them, atomically."""
+        with self.lock:
+            placement = self.cluster.place(request, node)
+            if placement is None:
+                failure = self.cluster.check_fit(request, node)
+                return failure if failure is not None else FitFailure.GPU
+            try:
+                self.cluster.reserve(request, placement)
+            except ReserveConflict:
+                return FitFailure.GPU
+            self._entries[request.uid] = PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, self._clock())
+            return placement
+
+    def adopt_for_bind(self, request: PodRequest, allocation: Allocation) -> bool:
+        """A retried bind of a pod already annotated for this node: hold exactly that record."""
+        with self.lock:
+            entry = self._entries.get(request.uid)
+            if entry is None or entry.node != allocation.node or self.cluster.pod(request.uid) is None:
+                self._release(request.uid)
+                try:
+                    self.cluster.restore(request, allocation)
+                except ReserveConflict:
+                    return False
+            self._entries[request.uid] = PodEntry(
+                request.namespace, request.name, allocation.node, Holding.IN_FLIGHT, parse_rfc3339(allocation.assumed_at)
+            )
+            return True
+
+    def finish_bind(self, uid: PodUid, *, bound: bool) -> None:
+        with self.lock:
+            entry = self._entries.get(uid)
+            if entry is None:
+                return
+            if bound:
+                entry.holding = Holding.BOUND
+            else:
+                self._release(uid)
+
+    def keep_assumed(self, uid: PodUid) -> None:
+        """The pod is annotated but the bind failed: keep the reservation until the TTL."""
+        with self.lock:
+            entry = self._entries.get(uid)
+            if entry is not None:
+                entry.holding = Holding.ASSUMED
+
+    def expire(self) -> list[Expired]:
+        """Release assumed (annotated, unbound) reservations older than the TTL."""
+        now = self._clock()
+        out: list[Expired] = []
+        with self.lock:
+            for uid, entry in list(self._entries.items()):
+                if entry.holding is Holding.ASSUMED and now - entry.assumed_at > self.settings.assume_ttl_s:
+                    self._release(uid)
+                    out.append(Expired(entry.namespace, entry.name, uid, entry.node))
+        return out
+
+    # --- introspection (metrics, tests) ---------------------------------------------------------
+    def holding(self, uid: str) -> Holding | None:
+        with self.lock:
+            entry = self._entries.get(PodUid(uid))
+            return entry.holding if entry is not None else None
+
+    def summary(self) -> tuple[int, int, int, float]:
+        """(nodes, pods holding capacity, GPUs, allocated GPUs)."""
+        with self.lock:
+            usage = self.cluster.usage()
+            return len(self.cluster.nodes), len(self._entries), usage.gpus, usage.allocated_milli / MILLI_PER_GPU
+
+    def refresh_metrics(self, metrics: ExtenderMetrics) -> None:
+        nodes, pods, gpus, allocated = self.summary()
+        metrics.nodes.set(nodes)
+        metrics.pods.set(pods)
+        metrics.gpus.set(gpus)
+        metrics.allocated_gpu.set(allocated)
+
+
+def _same_gpus_but_health(old: NodeState, new: NodeState) -> bool:
+    if len(old.gpus) != len(new.gpus):
+        return False
+    return all(
+        (a.index, a.uuid, a.model, a.memory_mib) == (b.index, b.uuid, b.model, b.memory_mib)
+        for a, b in zip(sorted(old.gpus, key=lambda g: g.index), sorted(new.gpus, key=lambda g: g.index))
+    )

@@ -1,0 +1,149 @@
+"""Keeps the cache in step with the API server: list, then watch from the list's version.
+
+One thread per kind (nodes first: pod records can only be restored onto known nodes), plus a
+janitor that expires assumed reservations. A watch that ends is resumed from the last version
+seen; a 410 Gone (history compacted) or any error leads to a fresh list, which also reconciles
+deletions that happened while no watch was open.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from tessera.kube.api import KubeApi, KubeApiError, KubeObject, WatchEvent
+from tessera.scheduler.binder import Binder
+from tessera.scheduler.state import SchedulerState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """Watch and janitor timing.
+
+    watch_timeout_s: default 300 s: a watch is re-opened this often (API servers end watches
+        after 5-10 min anyway); bounded so a silent connection cannot go unnoticed forever.
+    retry_backoff_s: default 2 s between failed list/watch attempts (no hot loop on an outage).
+    janitor_interval_s: default 15 s between TTL sweeps of assumed reservations.
+    """
+
+    watch_timeout_s: float = 300.0
+    retry_backoff_s: float = 2.0
+    janitor_interval_s: float = 15.0
+
+
+class ClusterSync:
+    def __init__(self, api: KubeApi, state: SchedulerState, binder: Binder, settings: SyncSettings | None = None) -> None:
+        self._api = api
+        self._state = state
+        self._binder = binder
+        self._settings = settings or SyncSettings()
+        self._stop = threading.Event()
+        self.nodes_synced = threading.Event()
+        self.pods_synced = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def ready(self) -> bool:
+        return self.nodes_synced.is_set() and self.pods_synced.is_set()
+
+    def start(self) -> None:
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("sync-nodes", self._run_nodes),
+            ("sync-pods", self._run_pods),
+            ("ttl-janitor", self._run_janitor),
+        ]
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self.nodes_synced.wait(timeout_s) and self.pods_synced.wait(timeout_s)
+
+    def stop(self) -> None:
+        """Stop the loops; a watch blocked in the API ends at its timeout (the fake's `close()`
+        ends it at once)."""
+        self._stop.set()
+
+    def join(self, timeout_s: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    def _run_nodes(self) -> None:
+        self._informer(
+            self._api.list_nodes_and_version,
+            self._api.watch_nodes,
+            self._state.replace_nodes,
+            self._node_event,
+            self.nodes_synced,
+        )
+
+    def _run_pods(self) -> None:
+        while not self._stop.is_set() and not self.nodes_synced.wait(0.2):
+            pass
+        self._informer(
+            self._api.list_pods_and_version,
+            self._api.watch_pods,
+            self._state.replace_pods,
+            self._pod_event,
+            self.pods_synced,
+        )
+
+    def _node_event(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            self._state.remove_node(str(event.object["metadata"]["name"]))
+        else:
+            self._state.apply_node(event.object)
+
+    def _pod_event(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            self._state.delete_pod(event.object)
+        else:
+            self._state.apply_pod(event.object)
+
+    def _informer(
+        self,
+        list_fn: Callable[[], tuple[list[KubeObject], str]],
+        watch_fn: Callable[..., Iterator[WatchEvent]],
+        replace: Callable[[list[KubeObject]], None],
+        handle: Callable[[WatchEvent], None],
+        synced: threading.Event,
+    ) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    items, version = list_fn()
+                    replace(items)
+                    synced.set()
+                received = 0
+                for event in watch_fn(resource_version=version, stop_after_s=self._settings.watch_timeout_s):
+                    if self._stop.is_set():
+                        return
+                    handle(event)
+                    received += 1
+                    version = str(event.object.get("metadata", {}).get("resourceVersion") or version)
+                if not received:
+                    self._stop.wait(0.05)  # a server that ends watches at once must not make us spin
+            except KubeApiError as exc:
+                if exc.status != 410:
+                    log.warning("list/watch failed: %s; retrying", exc)
+                    self._stop.wait(self._settings.retry_backoff_s)
+                version = None  # relist
+            except Exception:  # keep the cache alive through unexpected errors; relist
+                log.exception("cache sync failed; relisting")
+                version = None
+                self._stop.wait(self._settings.retry_backoff_s)
+
+    def _run_janitor(self) -> None:
+        while not self._stop.wait(self._settings.janitor_interval_s):
+            self.sweep()
+
+    def sweep(self) -> int:
+        """One TTL sweep; returns how many reservations expired."""
+        expired = self._state.expire()
+        for item in expired:
+            self._binder.strip_expired(item)
+        return len(expired)

@@ -1,0 +1,193 @@
+"""HTTPS adapter for the admission decision: decode, call `admission.review`, encode.
+
+Stdlib only (`ThreadingHTTPServer` + `ssl`): the webhook answers small JSON documents and its
+latency budget is the API server's `timeoutSeconds`, which a thread per connection meets easily.
+The TLS handshake runs in the connection's thread (not in `accept`), so one slow client cannot
+stall the others.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import ssl
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tessera.webhook.admission import InvalidReview, review
+from tessera.webhook.settings import WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH, WebhookSettings
+from tessera.webhook.tls import CertBundle, TlsApi, ensure_certificate, sync_ca_bundle
+
+LOG = logging.getLogger("tessera.webhook")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the webhook listens."""
+
+    host: str = "0.0.0.0"
+    """Default all interfaces: the API server reaches the pod through its Service."""
+    port: int = 8443
+    """Default 8443: an unprivileged port, so the container runs as non-root without capabilities."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Default 4 MiB: larger than any Pod AdmissionReview (etcd limits objects to 1.5 MiB)."""
+    connection_timeout_s: float = 10.0
+    """Default 10 s: the API server gives up after the webhook's timeoutSeconds anyway."""
+    renew_check_interval_s: float = 12 * 3600.0
+    """Default 12 h: how often a long-running replica re-checks the certificate's expiry."""
+
+
+class WebhookHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, settings: ServerSettings, webhook: WebhookSettings, context: ssl.SSLContext) -> None:
+        self.webhook = webhook
+        self.limits = settings
+        super().__init__((settings.host, settings.port), _Handler)
+        self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops the connection or fails the TLS handshake is its own problem: one
+        # log line, not the stdlib's traceback on stderr.
+        exc = sys.exc_info()[1]
+        LOG.warning("connection from %s failed: %s", client_address[0] if client_address else "?", exc)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: WebhookHttpServer
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        # Bound every read, including the TLS handshake, so a silent client frees its thread.
+        self.request.settimeout(self.server.limits.connection_timeout_s)
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        LOG.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        if self.path in ("/healthz", "/readyz"):
+            self._send(200, b"ok\n", "text/plain")
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        path = self.path.split("?", 1)[0]
+        if path not in (WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH):
+            self._send(404, b"not found\n", "text/plain")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "-1"))
+        except ValueError:
+            length = -1
+        if length < 0 or length > self.server.limits.max_body_bytes:
+            self.close_connection = True
+            self._send(413 if length > 0 else 411, b"body missing or too large\n", "text/plain")
+            return
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise InvalidReview("body must be a JSON object")
+            answer = review(body, self.server.webhook, namespace_opted_in=path == WEBHOOK_QGPU_NAMESPACE_PATH)
+        except (json.JSONDecodeError, UnicodeDecodeError, InvalidReview) as exc:
+            self._send(400, json.dumps({"error": str(exc)}).encode())
+            return
+        response = answer["response"]
+        if not response["allowed"]:
+            LOG.info("rejected pod (request %s): %s", response["uid"], response["status"]["message"])
+        self._send(200, json.dumps(answer, separators=(",", ":")).encode())
+
+
+def load_bundle_into(context: ssl.SSLContext, bundle: CertBundle, directory: Path) -> None:
+    """`SSLContext.load_cert_chain` reads files only: write the PEMs to a private directory.
+    Loading into a live context switches new connections to the new certificate."""
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_text(bundle.cert_pem, encoding="utf-8")
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(bundle.key_pem)
+    context.load_cert_chain(cert_file, key_file)
+
+
+def server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def bootstrap_certificate(api: TlsApi, webhook: WebhookSettings, now: dt.datetime) -> CertBundle:
+    """Get (or create) the shared certificate and make the webhook configuration trust its CA."""
+    if webhook.tls is None:
+        raise ValueError("webhook settings have no `tls` section; pass certificate files instead")
+    bundle = ensure_certificate(api, webhook.tls, now)
+    if sync_ca_bundle(api, webhook.tls.webhook_configuration_name, bundle.ca_pem):
+        LOG.info("set caBundle of MutatingWebhookConfiguration %s", webhook.tls.webhook_configuration_name)
+    return bundle
+
+
+def renew_loop(
+    stop: threading.Event,
+    interval_s: float,
+    renew: Callable[[], CertBundle],
+    apply: Callable[[CertBundle], None],
+    current: CertBundle,
+) -> None:
+    """Re-run the bootstrap every `interval_s` until `stop` is set; swap in a changed bundle."""
+    while not stop.wait(interval_s):
+        try:
+            fresh = renew()
+        except Exception as exc:  # keep serving the current certificate; retry next interval
+            LOG.warning("certificate check failed, keeping the current one: %s", exc)
+            continue
+        if fresh != current:
+            apply(fresh)
+            current = fresh
+            LOG.info("serving a renewed certificate")
+
+
+def serve(
+    settings: ServerSettings,
+    webhook: WebhookSettings,
+    bundle: CertBundle,
+    *,
+    renew: Callable[[], CertBundle] | None = None,
+    ready: Callable[[WebhookHttpServer], None] | None = None,
+) -> None:
+    """Serve until interrupted. `ready` receives the bound server (tests read its port)."""
+    context = server_context()
+    with tempfile.TemporaryDirectory(prefix="tessera-webhook-") as tmp:
+        directory = Path(tmp)
+        load_bundle_into(context, bundle, directory)
+        httpd = WebhookHttpServer(settings, webhook, context)
+        stop = threading.Event()
+        if renew is not None:
+            threading.Thread(
+                target=renew_loop,
+                args=(stop, settings.renew_check_interval_s, renew, lambda b: load_bundle_into(context, b, directory), bundle),
+                name="cert-renew",
+                daemon=True,
+            ).start()
+        if ready is not None:
+            ready(httpd)
+        LOG.info("webhook listening on %s:%d", settings.host, httpd.server_address[1])
+        try:
+            httpd.serve_forever(poll_interval=0.5)
+        finally:
+            stop.set()
+            httpd.server_close()

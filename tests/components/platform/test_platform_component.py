@@ -1,0 +1,159 @@
+"""TesseraPlatform under Pulumi mocks: which ConfigGroups and Chart it declares, with which provider and values."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi.runtime
+import pulumi_kubernetes as k8s
+import pytest
+from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
+
+from components.config import StackConfig, load_stack_file
+from components.platform import TesseraPlatform
+from tessera.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.manifests.stack import build_stack, gpu_operator_release
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
+CHART = "kubernetes:helm.sh/v4:Chart"
+PLATFORM = "tessera:index:TesseraPlatform"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.resources: list[MockResourceArgs] = []
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        self.resources.append(args)
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+class RecordingMonitor(MockMonitor):
+    """Also records parents and dependencies of every registration."""
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+        self.parents: dict[str, str] = {}
+        self.deps: dict[str, list[str]] = {}
+        self.names: dict[str, str] = {}
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        self.parents[response.urn] = request.parent
+        self.deps[response.urn] = list(request.dependencies)
+        self.names[request.name] = response.urn
+        return response
+
+
+@dataclass
+class Declared:
+    resources: list[MockResourceArgs]
+    monitor: RecordingMonitor
+
+    def of_type(self, typ: str) -> list[MockResourceArgs]:
+        return [r for r in self.resources if r.typ == typ]
+
+    def named(self, name: str) -> MockResourceArgs:
+        return next(r for r in self.resources if r.name == name)
+
+    def depends_on(self, name: str) -> set[str]:
+        urns = self.monitor.deps[self.monitor.names[name]]
+        by_urn = {urn: n for n, urn in self.monitor.names.items()}
+        return {by_urn[u] for u in urns if u in by_urn}
+
+
+def declare(config: StackConfig) -> Declared:
+    mocks = RecordingMocks()
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="tessera", stack="test", preview=False, monitor=monitor)
+
+    @pulumi.runtime.test
+    def run() -> None:
+        provider = k8s.Provider("kubeconfig-provider", kubeconfig="apiVersion: v1\nkind: Config\n")
+        TesseraPlatform("p", config, opts=pulumi.ResourceOptions(provider=provider))
+
+    run()
+    return Declared(list(mocks.resources), monitor)
+
+
+def _stack(name: str) -> StackConfig:
+    return load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml")
+
+
+@pytest.fixture(scope="module", params=sorted(p.name.split(".")[1] for p in (ROOT / "stacks").glob("Pulumi.*.yaml")))
+def declared(request: pytest.FixtureRequest) -> tuple[StackConfig, Declared]:
+    config = _stack(request.param)
+    return config, declare(config)
+
+
+def test_one_config_group_per_component_with_exactly_the_built_objects(declared: tuple[StackConfig, Declared]) -> None:
+    config, d = declared
+    built = build_stack(config)
+    groups = {r.name.removeprefix("p-"): r for r in d.of_type(CONFIG_GROUP)}
+    assert set(groups) == set(built)
+    for component, objects in built.items():
+        assert groups[component].inputs["objs"] == objects
+
+
+def test_every_child_uses_the_kubeconfig_provider(declared: tuple[StackConfig, Declared]) -> None:
+    _, d = declared
+    provider = d.named("kubeconfig-provider")
+    assert provider.typ == K8S_PROVIDER
+    children = d.of_type(CONFIG_GROUP) + d.of_type(CHART)
+    assert children
+    for child in children:
+        assert child.provider is not None and child.provider.startswith(d.monitor.names["kubeconfig-provider"]), child.name
+        assert d.monitor.parents[d.monitor.names[child.name]] == d.monitor.names["p"]
+    assert d.named("p").typ == PLATFORM
+
+
+def test_gpu_operator_chart_only_when_a_pool_needs_it_with_the_stack_values(declared: tuple[StackConfig, Declared]) -> None:
+    config, d = declared
+    charts = d.of_type(CHART)
+    release = gpu_operator_release(config)
+    if release is None:
+        assert charts == []
+        assert all(p.kind == "shared" for p in config.node_pools) or not config.gpu_operator.enabled
+        return
+    (chart,) = charts
+    inputs = chart.inputs
+    assert inputs["chart"] == "gpu-operator"
+    assert inputs["version"] == config.gpu_operator.chart_version
+    assert inputs["namespace"] == config.gpu_operator.namespace
+    assert inputs["repositoryOpts"]["repo"] == config.gpu_operator.chart_repository
+    assert inputs["values"] == release.values
+    assert inputs["values"]["driver"]["enabled"] is config.gpu_operator.install_driver  # TKE installs the driver
+    assert inputs["values"]["devicePlugin"]["enabled"] is True
+    # the chart waits for the ConfigMaps its values name
+    assert {"p-platform", "p-nvidia"} <= d.depends_on(chart.name)
+
+
+def test_prod_declares_the_gpu_operator_chart() -> None:
+    d = declare(_stack("prod"))
+    assert len(d.of_type(CHART)) == 1
+
+
+def test_groups_wait_for_the_platform_namespace(declared: tuple[StackConfig, Declared]) -> None:
+    _, d = declared
+    for group in d.of_type(CONFIG_GROUP):
+        if group.name != "p-platform":
+            assert "p-platform" in d.depends_on(group.name), group.name
+
+
+def test_pools_configmap_carries_each_shared_pool_policy() -> None:
+    import json
+
+    config = _stack("prod")
+    d = declare(config)
+    platform_objs = d.named("p-platform").inputs["objs"]
+    cm = next(o for o in platform_objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == POOLS_CONFIGMAP)
+    pools = json.loads(cm["data"][POOLS_CONFIGMAP_KEY])
+    expected = {p.name: p.sharing.policy for p in config.node_pools if p.kind == "shared"}  # type: ignore[attr-defined]
+    assert {name: body["policy"] for name, body in pools.items()} == expected

@@ -1,0 +1,165 @@
+"""The in-memory API server keeps the semantics the extender's safety relies on."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tessera.kube.api import Conflict, KubeApi, KubeApiError, NotFound, WatchEvent
+from tessera.kube.fake import FakeKubeApi
+
+
+def _pod(name: str, ns: str = "default", labels: dict[str, str] | None = None) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {}}, "spec": {"containers": [{"name": "c"}]}}
+
+
+def _node(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {"pool": "a"}}, "status": {"allocatable": {"cpu": "8"}}}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    fake = FakeKubeApi()
+    yield fake
+    fake.close()
+
+
+def test_fake_satisfies_the_kube_api_protocol(api: FakeKubeApi) -> None:
+    typed: KubeApi = api
+    assert typed.list_pods() == []
+
+
+def test_stale_resource_version_is_a_conflict(api: FakeKubeApi) -> None:
+    created = api.create_pod(_pod("p"))
+    rv = created["metadata"]["resourceVersion"]
+    api.patch_pod_annotations("default", "p", {"a": "1"}, resource_version=rv)
+    with pytest.raises(Conflict):
+        api.patch_pod_annotations("default", "p", {"a": "2"}, resource_version=rv)
+    assert api.get_pod("default", "p")["metadata"]["annotations"] == {"a": "1"}
+
+
+def test_patch_none_deletes_an_annotation(api: FakeKubeApi) -> None:
+    api.create_pod(_pod("p"))
+    api.patch_pod_annotations("default", "p", {"a": "1", "b": "2"})
+    api.patch_pod_annotations("default", "p", {"a": None})
+    assert api.get_pod("default", "p")["metadata"]["annotations"] == {"b": "2"}
+
+
+@pytest.mark.parametrize(
+    ("uid_override", "second_node", "error"),
+    [
+        (None, "n1", Conflict),  # already bound
+        ("not-the-uid", None, Conflict),  # UID precondition
+    ],
+)
+def test_bind_conflicts(api: FakeKubeApi, uid_override: str | None, second_node: str | None, error: type[Exception]) -> None:
+    api.create_node(_node("n1"))
+    uid = api.create_pod(_pod("p"))["metadata"]["uid"]
+    if second_node:
+        api.bind_pod("default", "p", uid, "n1")
+        with pytest.raises(error):
+            api.bind_pod("default", "p", uid, second_node)
+    else:
+        with pytest.raises(error):
+            api.bind_pod("default", "p", uid_override or uid, "n1")
+    assert api.get_pod("default", "p")["spec"].get("nodeName") == (second_node and "n1")
+
+
+def test_missing_objects_are_not_found(api: FakeKubeApi) -> None:
+    for call in (
+        lambda: api.get_pod("default", "nope"),
+        lambda: api.get_node("nope"),
+        lambda: api.get_configmap("default", "nope"),
+        lambda: api.bind_pod("default", "nope", "", "n"),
+    ):
+        with pytest.raises(NotFound):
+            call()
+
+
+def test_configmap_create_twice_conflicts_and_owner_deletion_collects_it(api: FakeKubeApi) -> None:
+    pod = api.create_pod(_pod("p"))
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": pod["metadata"]["uid"]}
+    body = {"metadata": {"name": "cm", "ownerReferences": [owner]}, "data": {"k": "v"}}
+    api.create_configmap("default", body)
+    with pytest.raises(Conflict):
+        api.create_configmap("default", body)
+    api.replace_configmap("default", "cm", {"metadata": {"name": "cm", "ownerReferences": [owner]}, "data": {"k": "w"}})
+    assert api.get_configmap("default", "cm")["data"] == {"k": "w"}
+    api.delete_pod("default", "p")
+    assert api.list_configmaps() == []
+
+
+def test_label_selector_and_node_name_filters(api: FakeKubeApi) -> None:
+    api.create_node(_node("n1"))
+    api.create_pod(_pod("a", labels={"app": "x"}))
+    uid = api.create_pod(_pod("b", labels={"app": "y"}))["metadata"]["uid"]
+    api.bind_pod("default", "b", uid, "n1")
+    assert [p["metadata"]["name"] for p in api.list_pods(label_selector="app=x")] == ["a"]
+    assert [p["metadata"]["name"] for p in api.list_pods(label_selector="app!=x")] == ["b"]
+    assert [p["metadata"]["name"] for p in api.list_pods(node_name="n1")] == ["b"]
+    assert [n["metadata"]["name"] for n in api.list_nodes(label_selector="pool=a")] == ["n1"]
+
+
+def test_watch_without_version_starts_with_existing_objects_then_follows(api: FakeKubeApi) -> None:
+    api.create_pod(_pod("old"))
+    stream = api.watch_pods(stop_after_s=2)
+    first = next(stream)
+    assert (first.type, first.object["metadata"]["name"]) == ("ADDED", "old")
+    api.patch_pod_annotations("default", "old", {"x": "1"})
+    api.delete_pod("default", "old")
+    assert [next(stream).type, next(stream).type] == ["MODIFIED", "DELETED"]
+
+
+def test_watch_from_list_version_loses_nothing(api: FakeKubeApi) -> None:
+    api.create_node(_node("n1"))
+    nodes, rv = api.list_nodes_and_version()
+    api.patch_node_labels("n1", {"x": "y"})
+    api.create_node(_node("n2"))
+    events = list(api.watch_nodes(resource_version=rv, stop_after_s=0.05))
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("MODIFIED", "n1"), ("ADDED", "n2")]
+    assert len(nodes) == 1
+
+
+def test_watch_from_a_trimmed_version_is_gone() -> None:
+    api = FakeKubeApi(history=5)
+    api.create_pod(_pod("p"))
+    _, rv = api.list_pods_and_version()
+    for i in range(20):
+        api.patch_pod_annotations("default", "p", {"i": str(i)})
+    with pytest.raises(KubeApiError) as info:
+        next(api.watch_pods(resource_version=rv, stop_after_s=0.05))
+    assert info.value.status == 410
+
+
+def test_concurrent_patches_with_versions_let_exactly_one_writer_win(api: FakeKubeApi) -> None:
+    rv = api.create_pod(_pod("p"))["metadata"]["resourceVersion"]
+    winners: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            api.patch_pod_annotations("default", "p", {"owner": str(i)}, resource_version=rv)
+            winners.append(i)
+        except Conflict:
+            pass
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert api.get_pod("default", "p")["metadata"]["annotations"]["owner"] == str(winners[0])
+
+
+def test_close_ends_open_watches(api: FakeKubeApi) -> None:
+    received: list[WatchEvent] = []
+    thread = threading.Thread(target=lambda: received.extend(api.watch_pods()))
+    thread.start()
+    api.create_pod(_pod("p"))
+    api.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert [e.object["metadata"]["name"] for e in received] == ["p"]

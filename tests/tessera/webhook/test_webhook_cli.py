@@ -1,0 +1,90 @@
+"""`tessera webhook serve` as a process: bad input exits cleanly; good input serves HTTPS."""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import http.client
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from webhook_helpers import container, pod, review_body
+
+from tessera import contract
+from tessera.webhook.tls import generate_bundle
+
+CLI = [sys.executable, "-m", "tessera.cli.main", "webhook", "serve"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_missing_settings_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = _run("--config", str(tmp_path / "absent.json"), "--cert-file", "x", "--key-file", "y")
+    assert result.returncode == 2
+    assert "cannot read webhook settings" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_alias_pool_that_is_not_shared_is_rejected(tmp_path: Path) -> None:
+    config = tmp_path / "webhook.json"
+    config.write_text(json.dumps({"sharedPools": ["a"], "qgpuAliasPools": ["b"]}))
+    result = _run("--config", str(config))
+    assert result.returncode == 2
+    assert "not shared pools" in result.stderr
+
+
+def test_no_tls_section_and_no_files_tells_what_to_pass(tmp_path: Path) -> None:
+    config = tmp_path / "webhook.json"
+    config.write_text(json.dumps({"sharedPools": ["a"]}))
+    result = _run("--config", str(config))
+    assert result.returncode == 2
+    assert "--cert-file" in result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_serves_admission_reviews_with_given_certificate(tmp_path: Path) -> None:
+    bundle = generate_bundle(("localhost",), dt.datetime.now(dt.timezone.utc))
+    (tmp_path / "tls.crt").write_text(bundle.cert_pem)
+    (tmp_path / "tls.key").write_text(bundle.key_pem)
+    config = tmp_path / "webhook.yaml"
+    config.write_text("sharedPools: [a]\nqgpuAliasPools: [a]\n")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*CLI, "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    context = ssl.create_default_context(cadata=bundle.ca_pem)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=5)
+                conn.request("GET", "/readyz")
+                assert conn.getresponse().status == 200
+                break
+            except (ConnectionRefusedError, OSError):
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else b""
+                assert time.monotonic() < deadline, "webhook process did not become ready"
+                time.sleep(0.2)
+        body = review_body(pod(container("c", {contract.QGPU_CORE: "25", contract.QGPU_MEMORY: "3"})))
+        conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=5)
+        conn.request("POST", "/mutate", json.dumps(body), {"Content-Type": "application/json"})
+        response = json.loads(conn.getresponse().read())["response"]
+        patch = json.loads(base64.b64decode(response["patch"]))
+        assert {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {contract.GPU_CORE: "25", contract.GPU_MEMORY: "3072"}} in patch
+    finally:
+        proc.terminate()
+        proc.wait(10)
