@@ -45,8 +45,11 @@ def load_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
     except ConfigError as err:
         for problem in err.problems:
             pulumi.log.error(str(problem))
-        lines = "\n".join(f"  {problem}" for problem in err.problems)
-        raise pulumi.RunError(f"the stack config is not valid; nothing was deployed:\n{lines}\nfix these keys (see `tessera validate`)") from None
+        count = len(err.problems)
+        raise pulumi.RunError(
+            f"the stack config has {count} problem{'s' if count != 1 else ''} (listed above); nothing was deployed. "
+            f"Fix them and check with `tessera validate stacks/Pulumi.{pulumi.get_stack()}.yaml`."
+        ) from None
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import components.platform as platform_package
+from components.config.plan import plan_stack
 from components.config.stack import StackConfig
 from components.existing import ExistingCluster
 from components.tke.cluster import TkeCluster
@@ -27,29 +28,6 @@ def _platform_factory() -> PlatformFactory | None:
     """The platform component when its package provides one; real import errors are not hidden."""
     factory: PlatformFactory | None = getattr(platform_package, "TesseraPlatform", None)
     return factory
-
-
-def _build_plan_summary(config: StackConfig) -> dict[str, Any]:
-    """What the stack declares per pool, as a stack output (a short form of `tessera plan`)."""
-    pools: list[dict[str, Any]] = []
-    totals = {"min": 0, "desired": 0, "max": 0}
-    for pool in config.node_pools:
-        per_node = pool.gpus_per_node()
-        gpus = {"min": pool.min_size * per_node, "desired": pool.desired * per_node, "max": pool.max_size * per_node}
-        for key, count in gpus.items():
-            totals[key] += count
-        pools.append(
-            {
-                "name": pool.name,
-                "kind": pool.kind,
-                "instanceType": pool.instance_type,
-                "gpuModel": pool.gpu_spec().name,
-                "gpusPerNode": per_node,
-                "nodes": {"min": pool.min_size, "desired": pool.desired, "max": pool.max_size},
-                "gpus": gpus,
-            }
-        )
-    return {"provider": config.cluster.provider, "cluster": config.cluster.name, "pools": pools, "totalGpus": totals}
 
 
 class TesseraStack(pulumi.ComponentResource):
@@ -76,12 +54,12 @@ class TesseraStack(pulumi.ComponentResource):
         self.cluster_id = cluster.cluster_id
         self.kubeconfig = cluster.kubeconfig
         self.pool_names = cluster.pool_names
-        self.plan = _build_plan_summary(config)
+        self.plan = plan_stack(config).to_json()  # the same document as `tessera plan --json`
 
         self.k8s_provider = k8s.Provider(
             f"{name}-k8s",
             k8s.ProviderArgs(kubeconfig=cluster.kubeconfig, context=context),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(cluster.node_pools)),
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
         factory = platform if platform is not None else _platform_factory()

@@ -1,14 +1,12 @@
 """The Pulumi program under Pulumi mocks: which resources each stack declares, with which inputs.
 
-No Pulumi CLI and no cloud: `pulumi.runtime.set_mocks` records every resource registration
-(type token, name, inputs with the provider's camelCase keys, provider reference, URN).
+No Pulumi CLI and no cloud (harness: tests/pulumi_program_mocks.py).
 """
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,112 +14,32 @@ import pulumi
 import pulumi.runtime
 import pulumi_kubernetes as k8s
 import pytest
-from pulumi.runtime import rpc
-from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
+import yaml
+from pulumi_program_mocks import (
+    CLUSTER,
+    ENDPOINT,
+    FAKE_KUBECONFIG,
+    FAKE_KUBECONFIG_INTRANET,
+    K8S_PROVIDER,
+    NODE_POOL,
+    ROOT,
+    RULE_SET,
+    STACKS,
+    Declared,
+    RecordingMocks,
+    config_with,
+    declare,
+    secret_value,
+    stack_config,
+    start_mocks,
+)
 
-from components.config import StackConfig, load_stack_file
+from components.config import StackConfig
 from components.program import load_config, main
-from components.stack import PlatformFactory, TesseraStack
 from tessera.contract import LABEL_GPUTYPE, LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, LABEL_POOL, LABEL_POOL_KIND, TAINT_GPU
 
-ROOT = Path(__file__).resolve().parents[1]
-STACKS = ROOT / "stacks"
 sys.path.insert(0, str(ROOT / "policies"))  # the policy pack's package is not installed in the main venv
 from tessera_policies.rules import PolicySettings, evaluate  # noqa: E402
-
-CLUSTER = "tencentcloud:Kubernetes/cluster:Cluster"
-NODE_POOL = "tencentcloud:Kubernetes/nodePool:NodePool"
-ENDPOINT = "tencentcloud:Kubernetes/clusterEndpoint:ClusterEndpoint"
-RULE_SET = "tencentcloud:Security/groupRuleSet:GroupRuleSet"
-K8S_PROVIDER = "pulumi:providers:kubernetes"
-FAKE_KUBECONFIG = "apiVersion: v1\nkind: Config\n# public endpoint\n"
-FAKE_KUBECONFIG_INTRANET = "apiVersion: v1\nkind: Config\n# intranet endpoint\n"
-
-
-class RecordingMocks(pulumi.runtime.Mocks):
-    """Records every registration; the endpoint 'returns' a kubeconfig like TKE does."""
-
-    def __init__(self) -> None:
-        self.resources: list[MockResourceArgs] = []
-
-    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        self.resources.append(args)
-        outputs = dict(args.inputs)
-        if args.typ == ENDPOINT:
-            outputs.update(kubeConfig=FAKE_KUBECONFIG, kubeConfigIntranet=FAKE_KUBECONFIG_INTRANET)
-        return f"{args.name}-id", outputs
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
-
-
-class RecordingMonitor(MockMonitor):
-    """Also records each resource's parent URN, to check the component tree."""
-
-    def __init__(self, mocks: RecordingMocks) -> None:
-        super().__init__(mocks)
-        self.parents: dict[str, str] = {}
-
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
-        self.parents[response.urn] = request.parent
-        return response
-
-
-@dataclass
-class Declared:
-    """What one program run declared."""
-
-    resources: list[MockResourceArgs]
-    parents: dict[str, str]  # urn -> parent urn ("" for the root stack's children)
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def of_type(self, typ: str) -> list[MockResourceArgs]:
-        return [r for r in self.resources if r.typ == typ]
-
-    def one(self, typ: str) -> MockResourceArgs:
-        found = self.of_type(typ)
-        assert len(found) == 1, f"expected one {typ}, got {[r.name for r in found]}"
-        return found[0]
-
-
-def _start() -> tuple[RecordingMocks, RecordingMonitor]:
-    mocks = RecordingMocks()
-    monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project="tessera", stack="test", preview=False, monitor=monitor)
-    return mocks, monitor
-
-
-def declare(config: StackConfig, platform: PlatformFactory | None = None) -> Declared:
-    """Run TesseraStack under mocks; also resolve the kubeconfig, its secretness and the cluster id."""
-    mocks, monitor = _start()
-    values: dict[str, Any] = {}
-
-    @pulumi.runtime.test
-    def run() -> pulumi.Output[Any]:
-        stack = TesseraStack("tessera", config, platform=platform)
-        values["plan"] = stack.plan
-
-        async def secret() -> bool:
-            return await stack.kubeconfig.is_secret()
-
-        is_secret: pulumi.Output[bool] = pulumi.Output.from_input(secret())  # type: ignore[arg-type]
-        return pulumi.Output.all(stack.kubeconfig, stack.cluster_id, is_secret).apply(
-            lambda v: values.update(kubeconfig=v[0], cluster_id=v[1], kubeconfig_secret=v[2])
-        )
-
-    run()
-    return Declared(list(mocks.resources), dict(monitor.parents), values)
-
-
-def secret_value(value: Any) -> Any:
-    """The plain value of a secret input as the mock monitor receives it; fails when it is not secret."""
-    assert isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig, f"not a secret: {value!r}"
-    return value["value"]
-
-
-def stack_config(name: str) -> StackConfig:
-    return load_stack_file(STACKS / f"Pulumi.{name}.yaml")
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
@@ -227,11 +145,11 @@ def test_declared_resources_pass_the_policy_pack(tke_stack: tuple[StackConfig, D
     assert violations == []
 
 
-def test_plan_output_counts_gpus(tke_stack: tuple[StackConfig, Declared]) -> None:
+def test_plan_output_is_tessera_plan_and_counts_gpus(tke_stack: tuple[StackConfig, Declared]) -> None:
     config, declared = tke_stack
     plan = declared.values["plan"]
     expected_max = sum(p.max_size * p.gpus_per_node() for p in config.node_pools)
-    assert plan["totalGpus"]["max"] == expected_max
+    assert plan["totals"]["gpus"]["max"] == expected_max
     assert [p["name"] for p in plan["pools"]] == [p.name for p in config.node_pools]
 
 
@@ -245,6 +163,44 @@ def test_prod_places_pools_in_their_zones() -> None:
         assert pools[pool.name]["subnetIds"] == [subnet_id[z] for z in zones]
 
 
+def test_private_cluster_uses_the_intranet_kubeconfig_and_opens_nothing_public() -> None:
+    config = config_with("dev", lambda c: c["tessera:cluster"].update(endpoint={"public": False}))
+    declared = declare(config)
+    endpoint = declared.one(ENDPOINT).inputs
+    assert endpoint["clusterInternet"] is False and "clusterInternetSecurityGroup" not in endpoint
+    assert endpoint["clusterIntranet"] is True
+    assert [r.name for r in declared.of_type(RULE_SET)] == ["tessera-cluster-network-nodes-rules"]
+    assert declared.values["kubeconfig"] == FAKE_KUBECONFIG_INTRANET
+    assert declared.values["kubeconfig_secret"] is True
+
+
+def _cloud_inputs(declared: Declared) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r.typ, r.name): r.inputs for r in declared.resources if not r.typ.startswith("kubernetes:")}
+
+
+def _label_change(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(config: dict[str, Any]) -> None:
+        config["tessera:nodePools"][1]["sharing"][key] = value  # dev's t4-shared pool
+
+    return change
+
+
+POLICY_EDITS = [("placement", "spread", "tessera.dev/gpu-placement"), ("policy", "best-effort", "tessera.dev/sharing-policy")]
+
+
+@pytest.mark.parametrize(("key", "value", "label"), POLICY_EDITS, ids=[e[0] for e in POLICY_EDITS])
+def test_a_sharing_policy_edit_changes_only_that_pools_label(key: str, value: str, label: str) -> None:
+    before = _cloud_inputs(declare(stack_config("dev")))
+    after = _cloud_inputs(declare(config_with("dev", _label_change(key, value))))
+    assert before.keys() == after.keys()
+    changed = [name for name in before if before[name] != after[name]]
+    assert changed == [(NODE_POOL, "tessera-cluster-t4-shared")]
+    old, new = before[changed[0]], after[changed[0]]
+    assert {k for k in old if old[k] != new[k]} == {"labels"}
+    assert {k for k in old["labels"] if old["labels"][k] != new["labels"][k]} == {label}
+    assert new["labels"][label] == value
+
+
 # --- existing cluster --------------------------------------------------------------------------
 
 
@@ -255,6 +211,24 @@ def test_existing_cluster_declares_no_cloud_resource_and_uses_the_kubeconfig_pat
     provider = declared.one(K8S_PROVIDER)
     assert secret_value(provider.inputs["kubeconfig"]) == str(Path("~/.kube/config").expanduser())
     assert declared.values["kubeconfig_secret"] is True
+
+
+def test_existing_cluster_reads_a_kubeconfig_secret_from_stack_config() -> None:
+    config = config_with("local", lambda c: c["tessera:cluster"].update(kubeconfig={"secret": "kubeconfig"}, context="kind-tessera"))
+    pulumi.runtime.set_all_config({"tessera:kubeconfig": FAKE_KUBECONFIG}, ["tessera:kubeconfig"])
+    try:
+        declared = declare(config)
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+    provider = declared.one(K8S_PROVIDER)
+    assert secret_value(provider.inputs["kubeconfig"]) == FAKE_KUBECONFIG
+    assert provider.inputs["context"] == "kind-tessera"
+
+
+def test_existing_cluster_without_its_secret_stops_with_the_command_to_run() -> None:
+    config = config_with("local", lambda c: c["tessera:cluster"].update(kubeconfig={"secret": "kubeconfig"}))
+    with pytest.raises(pulumi.RunError, match="pulumi config set --secret tessera:kubeconfig"):
+        declare(config)
 
 
 # --- the in-cluster platform -------------------------------------------------------------------
@@ -291,14 +265,12 @@ def test_the_real_platform_component_is_wired_with_the_kubeconfig_provider() -> 
 
 def _engine_config(stack: str) -> dict[str, str]:
     """The stack file's config as the engine hands it to a program: key -> JSON text for objects."""
-    import yaml
-
     document = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in document["config"].items()}
 
 
 def _run_main(config: dict[str, str]) -> tuple[RecordingMocks, list[str], BaseException | None]:
-    mocks, _ = _start()
+    mocks, _ = start_mocks()
     errors: list[str] = []
     pulumi.runtime.set_all_config(config)
     original = pulumi.log.error
@@ -329,8 +301,6 @@ BAD_CONFIGS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 
 @pytest.mark.parametrize(("case", "mutate", "path"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
 def test_bad_config_stops_the_program_before_any_resource(case: str, mutate: Callable[[dict[str, Any]], None], path: str) -> None:
-    import yaml
-
     document = yaml.safe_load((STACKS / "Pulumi.dev.yaml").read_text())["config"]
     mutate(document)
     mocks, errors, failure = _run_main({k: v if isinstance(v, str) else json.dumps(v) for k, v in document.items()})
@@ -340,10 +310,16 @@ def test_bad_config_stops_the_program_before_any_resource(case: str, mutate: Cal
     assert "Traceback" not in str(failure)
 
 
-def test_load_config_reports_every_problem_as_path_and_message() -> None:
-    _start()
+def test_load_config_logs_every_problem_as_path_and_message() -> None:
+    start_mocks()
     pools = [{"name": "a", "kind": "nvidia", "instanceType": "GN7.2XLARGE32", "minSize": 2, "maxSize": 1}]
-    with pytest.raises(pulumi.RunError) as caught:
-        load_config({"tessera:cluster": json.dumps({"provider": "tke", "name": "x"}), "tessera:nodePools": json.dumps(pools)})
-    text = str(caught.value)
-    assert "cluster.kubernetesVersion: " in text and "nodePools[0].maxSize: " in text
+    logged: list[str] = []
+    original = pulumi.log.error
+    pulumi.log.error = lambda msg, *args, **kwargs: logged.append(msg)  # type: ignore[assignment]
+    try:
+        with pytest.raises(pulumi.RunError, match=r"\d+ problems .*tessera validate stacks/Pulumi.test.yaml"):
+            load_config({"tessera:cluster": json.dumps({"provider": "tke", "name": "x"}), "tessera:nodePools": json.dumps(pools)})
+    finally:
+        pulumi.log.error = original
+    assert any(line.startswith("cluster.kubernetesVersion: ") for line in logged)
+    assert any(line.startswith("nodePools[0].maxSize: ") for line in logged)

@@ -15,7 +15,6 @@ class ConfigModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         frozen=True,
-        use_attribute_docstrings=False,
     )
 
     def user_set(self, field_name: str) -> bool:

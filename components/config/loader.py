@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from components.config.errors import problems_from_validation_error
 from components.config.problems import ConfigError, Problem
-from components.config.stack import StackConfig
+from components.config.stack import StackConfig, is_stack_key
 
 NAMESPACE: Final = "tessera"
 REGION_KEY: Final = "tencentcloud:region"
@@ -32,7 +32,8 @@ def _kubeconfig_secret_key(mapping: Mapping[str, Any]) -> str | None:
         cluster = _maybe_json(cluster)
     kubeconfig = cluster.get("kubeconfig") if isinstance(cluster, dict) else None
     secret = kubeconfig.get("secret") if isinstance(kubeconfig, dict) else None
-    return secret if isinstance(secret, str) else None
+    # a secret named like a Tessera key is reported by the model; never drop the real key for it
+    return secret if isinstance(secret, str) and not is_stack_key(secret) else None
 
 
 def _maybe_json(value: Any) -> Any:
@@ -62,19 +63,37 @@ def from_pulumi_mapping(mapping: Mapping[str, Any]) -> StackConfig:
         raise ConfigError(problems_from_validation_error(error, StackConfig)) from None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError([Problem("", "no such file")]) from None
+    except IsADirectoryError:
+        raise ConfigError([Problem("", "is a directory with no Pulumi.*.yaml stack files in it")]) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([Problem("", f"cannot read the file: {error}")]) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.reader.ReaderError as error:
+        reason = f"character #x{error.character:04x} at position {error.position} is not allowed (is this a text file?)"
+        raise ConfigError([Problem("", f"YAML syntax error: {reason}")]) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        reason = getattr(error, "problem", None) or str(error)
+        reason = " ".join(str(getattr(error, "problem", None) or error).split())  # one line per problem
         raise ConfigError([Problem("", f"YAML syntax error{where}: {reason}")]) from None
 
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from components.config.base import ConfigModel
 from components.config.catalog import GpuModelSpec, GpuSoftware, default_gpu_software, gpu_model, instance_type
-from components.config.values import CronExpression, DnsLabel, LabelKey, Labels, MigLayout, RepartitionLayout, Replicas, Version
+from components.config.values import CronExpression, DnsLabel, HttpUrl, LabelKey, Labels, MigLayout, RepartitionLayout, Replicas, Version
 from tessera.contract import GpuPlacement, PoolKind, SharingPolicy
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -32,7 +32,7 @@ class GpuDriverConfig(ConfigModel):
     driver: Version | None = Field(default=None, description="NVIDIA driver version, e.g. \"535.161.07\". Default: per GPU architecture from the catalog.")
     cuda: Version | None = Field(default=None, description="CUDA version, e.g. \"12.2.2\". Default: from the catalog.")
     cudnn: Version | None = Field(default=None, description="cuDNN version, e.g. \"8.9.4\". Default: from the catalog.")
-    custom_driver_url: str | None = Field(default=None, description="URL of a custom driver package; TKE installs it instead of `driver`.")
+    custom_driver_url: HttpUrl | None = Field(default=None, description="URL of a custom driver package; TKE installs it instead of `driver`.")
 
 
 class SystemDisk(ConfigModel):

@@ -5,6 +5,7 @@ import ipaddress
 import re
 from typing import TYPE_CHECKING, Final
 
+from components.config.catalog import instance_type
 from components.config.cluster import EXISTING_ONLY_FIELDS, TKE_ONLY_FIELDS, ClusterConfig
 from components.config.mig import mig_resources, resolve_layout
 from components.config.pools import MigPool, PoolBase
@@ -15,9 +16,17 @@ from tessera.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
 
+
+def is_stack_key(key: str) -> bool:
+    from components.config.stack import is_stack_key as check  # stack imports this module
+
+    return check(key)
+
 REGION_KEY: Final = "tencentcloud:region"
 _RESOURCE_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _PULUMI_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_REGION: Final = re.compile(r"^[a-z]{2}-[a-z]+(-[a-z]+)?$")
+_VERSION_TAG: Final = re.compile(r"^v?(\d+)\.(\d+)\.\d+")
 # nodes a managed TKE cluster of each level may hold
 LEVEL_NODES: Final = {"L5": 5, "L20": 20, "L50": 50, "L100": 100, "L200": 200, "L500": 500, "L1000": 1000, "L3000": 3000, "L5000": 5000}
 
@@ -36,6 +45,8 @@ def _tke_problems(cfg: StackConfig) -> list[Problem]:
     out: list[Problem] = []
     if not cfg.region:
         out.append(Problem(REGION_KEY, "is required for provider tke, e.g. ap-guangzhou"))
+    elif not _REGION.match(cfg.region):
+        out.append(Problem(REGION_KEY, f"{cfg.region!r} is not a Tencent Cloud region such as ap-guangzhou"))
     for field in EXISTING_ONLY_FIELDS:
         if cluster.user_set(field):
             out.append(Problem(at("cluster", field), "only applies to provider existing; a TKE cluster's kubeconfig is an output of the stack"))
@@ -46,6 +57,8 @@ def _tke_problems(cfg: StackConfig) -> list[Problem]:
         out.append(Problem(at("cluster", "subnets"), "needs at least one subnet, e.g. [{zone: ap-guangzhou-3, cidr: 10.0.1.0/24}]"))
     out += _network_problems(cluster, cfg.region)
     out += _endpoint_problems(cluster)
+    if instance_type(cluster.system_nodes.instance_type) is not None:
+        out.append(Problem(at("cluster", "systemNodes", "instanceType"), f"{cluster.system_nodes.instance_type} is a GPU instance type; system nodes run add-ons and should be plain CVMs such as SA2.LARGE8"))
     nodes = sum(p.max_size for p in cfg.node_pools) + cluster.system_nodes.count
     if nodes > LEVEL_NODES[cluster.level]:
         bigger = next((lvl for lvl, n in LEVEL_NODES.items() if n >= nodes), "L5000")
@@ -106,10 +119,25 @@ def _existing_problems(cfg: StackConfig) -> list[Problem]:
             out.append(Problem(at("cluster", "kubeconfig"), f"set exactly one of path, env, secret (got {', '.join(chosen) or 'none'})"))
         if source.secret and not _PULUMI_KEY.match(source.secret):
             out.append(Problem(at("cluster", "kubeconfig", "secret"), f"{source.secret!r} is not a config key name (without the tessera: prefix), e.g. kubeconfig"))
+        elif source.secret and is_stack_key(source.secret):
+            out.append(Problem(at("cluster", "kubeconfig", "secret"), f"{source.secret!r} is a Tessera setting; name the secret something else, e.g. kubeconfig"))
     image = cfg.images.kube_scheduler
     if cluster.kubernetes_version is None and image.tag is None and image.digest is None:
         out.append(Problem(at("cluster", "kubernetesVersion"), "is required on provider existing unless images.kubeScheduler.tag is set: give the cluster's version (kubectl version) so tessera-scheduler matches it"))
     return out
+
+
+def _scheduler_skew_problems(cfg: StackConfig) -> list[Problem]:
+    """kube-scheduler may be at most one minor version older than the API server, never newer."""
+    tag, version = cfg.images.kube_scheduler.tag, cfg.cluster.kubernetes_version
+    tag_match = _VERSION_TAG.match(tag) if tag else None
+    cluster_match = _VERSION_TAG.match(version) if version else None
+    if tag_match is None or cluster_match is None or tag_match.group(1) != cluster_match.group(1):
+        return []
+    skew = int(cluster_match.group(2)) - int(tag_match.group(2))
+    if 0 <= skew <= 1:
+        return []
+    return [Problem(at("images", "kubeScheduler", "tag"), f"{tag} does not fit a {version} cluster: kube-scheduler must be the cluster's minor version or one older (leave the tag unset to follow cluster.kubernetesVersion)")]
 
 
 def _offered_resources(pools: list[PoolBase]) -> set[str]:
@@ -137,6 +165,7 @@ def _platform_problems(cfg: StackConfig) -> list[Problem]:
             image = cfg.images.tessera if key == "tessera" else cfg.images.kube_scheduler
             if image.digest is None:
                 out.append(Problem(at("images", key, "digest"), "is required because images.requireDigests is true (pin the image: sha256:...)"))
+    out += _scheduler_skew_problems(cfg)
     out += _quota_problems(cfg)
     return out
 

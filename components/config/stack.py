@@ -59,3 +59,8 @@ class StackConfig(ConfigModel):
 
     def tessera_image(self) -> str:
         return self.images.tessera.ref()
+
+
+def is_stack_key(key: str) -> bool:
+    """Whether ``key`` (without the tessera: prefix) is one of StackConfig's own keys."""
+    return any(key in (name, info.alias) for name, info in StackConfig.model_fields.items())

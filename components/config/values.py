@@ -107,6 +107,12 @@ def _env_var(value: str) -> str:
     return value
 
 
+def _https_url(value: str) -> str:
+    if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
 def _stringify(value: Any) -> Any:
     """YAML reads 1.30 as a float; versions must be quoted, but accept ints/floats with a clear error."""
     if isinstance(value, float | int) and not isinstance(value, bool):
@@ -140,8 +146,10 @@ def _mig_layout(value: Any) -> str | dict[str, int]:
 
 
 def _repartition_layout(value: Any) -> int | str | dict[str, int]:
-    if _is_count(value) or isinstance(value, str):
-        return value  # type: ignore[no-any-return]
+    if _is_count(value):
+        return int(value)
+    if isinstance(value, str):
+        return value
     return _counts(value, "a layout: shares per GPU (shared pools), replicas (timeslice pools) or a MIG layout (mig pools)")
 
 
@@ -156,6 +164,7 @@ ImageRepository = Annotated[str, AfterValidator(_repository)]
 CronExpression = Annotated[str, AfterValidator(_cron)]
 EnvVarName = Annotated[str, AfterValidator(_env_var)]
 Version = Annotated[str, BeforeValidator(_stringify)]
+HttpUrl = Annotated[str, AfterValidator(_https_url)]
 # unions validated by hand so that a wrong value gives one message, not one per union member
 Replicas = Annotated[int | dict[str, int], PlainValidator(_replicas)]
 MigLayout = Annotated[str | dict[str, int], PlainValidator(_mig_layout)]

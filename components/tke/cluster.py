@@ -19,7 +19,7 @@ from components.tke.labels_taints import AnyPool
 from components.tke.network import NetworkSpec, SubnetSpec, TkeNetwork
 from components.tke.node_pool import (
     SYSTEM_POOL_NAME,
-    GpuNodePool,
+    TkeNodePool,
     NodeNetworkSettings,
     PoolPlacement,
     _build_node_pool_args,
@@ -100,7 +100,7 @@ class TkeCluster(pulumi.ComponentResource):
 
     cluster_id: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
-    node_pools: list[GpuNodePool]
+    node_pools: list[TkeNodePool]
     pool_names: list[str]
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
@@ -125,14 +125,14 @@ class TkeCluster(pulumi.ComponentResource):
             node_os=cluster_cfg.node_os,
             tags=_build_tags(cluster_cfg),
         )
-        system = GpuNodePool(
+        system = TkeNodePool(
             f"{name}-{SYSTEM_POOL_NAME}",
             _build_system_pool_args(cluster_cfg, placement, network_settings),
             opts=pulumi.ResourceOptions(parent=self),
         )
         pools: list[AnyPool] = list(config.node_pools)
         self.node_pools = [
-            GpuNodePool(f"{name}-{pool.name}", _build_node_pool_args(pool, placement, network_settings), opts=pulumi.ResourceOptions(parent=self))
+            TkeNodePool(f"{name}-{pool.name}", _build_node_pool_args(pool, placement, network_settings), opts=pulumi.ResourceOptions(parent=self))
             for pool in pools
         ]
         self.pool_names = [pool.name for pool in pools]

@@ -138,14 +138,19 @@ def _build_system_pool_args(cluster: ClusterConfig, placement: PoolPlacement, ne
     )
 
 
-class GpuNodePool(pulumi.ComponentResource):
-    """One GPU pool of the stack as a TKE node pool."""
+def _ignored_changes(args: tc.kubernetes.NodePoolArgs) -> list[str]:
+    """With autoscaling on, the cluster autoscaler owns the node count: a later `pulumi up` must not
+    reset it to desiredSize (desiredSize only seeds a new pool)."""
+    return ["desiredCapacity"] if args.enable_auto_scale else []
+
+
+class TkeNodePool(pulumi.ComponentResource):
+    """One pool of the stack (a GPU pool, or the system pool) as a TKE node pool."""
 
     node_pool_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: tc.kubernetes.NodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("tessera:index:GpuNodePool", name, None, opts)
-        node_pool = tc.kubernetes.NodePool(name, args, opts=pulumi.ResourceOptions(parent=self))
+        super().__init__("tessera:index:TkeNodePool", name, None, opts)
+        node_pool = tc.kubernetes.NodePool(name, args, opts=pulumi.ResourceOptions(parent=self, ignore_changes=_ignored_changes(args)))
         self.node_pool_id = node_pool.id
-        self.resource = node_pool
         self.register_outputs({"nodePoolId": self.node_pool_id})

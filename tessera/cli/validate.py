@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from components.config import ConfigError, load_stack_file
@@ -19,9 +20,18 @@ def problem_lines(file: str, error: ConfigError) -> list[str]:
     return [f"{file}: {problem}" for problem in error.problems]
 
 
+def expand(paths: list[str]) -> list[str]:
+    """Files as given; a directory stands for the Pulumi.*.yaml stack files in it."""
+    out: list[str] = []
+    for path in paths:
+        found = sorted(str(p) for p in Path(path).glob("Pulumi.*.yaml")) if Path(path).is_dir() else []
+        out += found or [path]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     code = EXIT_OK
-    for file in args.stack_files:
+    for file in expand(args.stack_files):
         try:
             load_stack_file(file)
         except ConfigError as error:
@@ -39,5 +49,5 @@ def register(sub: Any) -> None:
         description="Validate Pulumi stack files against Tessera's configuration model. "
         "Prints '<file>: ok' or one '<file>: <path>: <message>' line per problem; exits 2 if any file is invalid.",
     )
-    parser.add_argument("stack_files", nargs="+", metavar="STACK_FILE", help="e.g. stacks/Pulumi.dev.yaml")
+    parser.add_argument("stack_files", nargs="+", metavar="STACK_FILE", help="e.g. stacks/Pulumi.dev.yaml; a directory means its Pulumi.*.yaml files")
     parser.set_defaults(handler=run)

@@ -45,12 +45,14 @@ def extender_command(settings: PlatformSettings) -> list[str]:
         "tessera",
         "scheduler",
         "serve",
-        "--host",
+        "--bind-address",
         "0.0.0.0",
         "--port",
         str(EXTENDER_PORT),
-        "--policy",
+        "--placement",
         settings.scheduler.placement,
+        "--log-level",
+        settings.scheduler.log_level.upper(),
     ]
 
 
@@ -79,7 +81,10 @@ def _deployment(settings: PlatformSettings) -> KubeObject:
         "command": extender_command(settings),
         "env": env(pools_env()),
         "ports": [port],
-        "livenessProbe": {**http_probe("/healthz", "http"), "initialDelaySeconds": 10},
+        # /healthz answers 503 until the cache is in sync: allow up to 5 minutes for a first list of a
+        # large cluster before liveness applies
+        "startupProbe": http_probe("/healthz", "http", period_seconds=5, failure_threshold=60),
+        "livenessProbe": http_probe("/healthz", "http", failure_threshold=6),
         "readinessProbe": http_probe("/healthz", "http", period_seconds=5),
         "resources": resources("200m", "256Mi", "2", "2Gi"),
         "securityContext": restricted_security_context(),

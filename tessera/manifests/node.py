@@ -13,8 +13,11 @@ signal them. Host paths are exactly these (nothing else of the host is visible):
 - `/var/lib/kubelet/device-plugins` (device plugin, rw): kubelet.sock and the plugin's socket;
 - `/var/lib/kubelet/pod-resources` (both, ro): kubelet's PodResources API socket, to find which pod
   a container belongs to (connecting to a socket works on a read-only mount);
-- `/run/tessera` (both, rw): the device plugin <-> agent socket and MPS pipe/log directories that
-  the device plugin hands to containers;
+- `/var/lib/tessera` (both, rw): the container registry the device plugin writes at
+  PreStartContainer and the agent reads, and the agent's freeze leases; on the host so an upgraded
+  agent finds (and thaws) what its predecessor froze;
+- `/run/tessera` (agent, rw): MPS pipe/log directories per GPU; the device plugin only names this
+  host path in its Allocate answers, it never opens it;
 - `/sys/fs/cgroup` (agent, rw): freezer (v2 `cgroup.freeze`, v1 freezer) and per-pod accounting.
 
 No `/dev` mount: the agent is privileged (it sees devices already) and the device plugin gets
@@ -46,6 +49,7 @@ NAME: Final = "tessera-node"
 DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
 RUN_DIR: Final = "/run/tessera"
+STATE_DIR: Final = "/var/lib/tessera"
 CGROUP_DIR: Final = "/sys/fs/cgroup"
 SHARED_NODE_SELECTOR: Final = {LABEL_POOL_KIND: "shared"}
 
@@ -55,6 +59,8 @@ def node_rules() -> list[dict[str, Any]]:
     return [
         # pods on this node (allocation records; the field selector is not expressible in RBAC)
         policy_rule([""], ["pods"], ["get", "list", "watch"]),
+        # PreStartContainer checks the allocation ConfigMap the container's env comes from
+        policy_rule([""], ["configmaps"], ["get"]),
         # GPU inventory annotation on the node and gpu-memory capacity in its status
         policy_rule([""], ["nodes"], ["get", "patch"]),
         policy_rule([""], ["nodes/status"], ["patch"]),
@@ -97,7 +103,7 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "device-plugins", "mountPath": DEVICE_PLUGIN_DIR},
             {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
-            {"name": "run-tessera", "mountPath": RUN_DIR},
+            {"name": "state", "mountPath": STATE_DIR},
             pools_mount(),
         ],
     }
@@ -124,6 +130,7 @@ def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "cgroup", "mountPath": CGROUP_DIR},
             {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
+            {"name": "state", "mountPath": STATE_DIR},
             {"name": "run-tessera", "mountPath": RUN_DIR},
             pools_mount(),
         ],
@@ -145,6 +152,7 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
         "volumes": [
             _host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
             _host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),
+            _host_path("state", STATE_DIR, "DirectoryOrCreate"),
             _host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
             _host_path("cgroup", CGROUP_DIR, "Directory"),
             pools_volume(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from tessera.manifests import extender, node, platform, scheduler
+from tessera.manifests import extender, node, nvidia, platform, repartition, scheduler, webhook
 from tessera.manifests.objects import KubeObject, sorted_objects
 from tessera.manifests.settings import PlatformSettings, platform_settings
 
@@ -53,21 +53,13 @@ def _sharing_components(settings: PlatformSettings) -> dict[str, list[KubeObject
 
 
 def _nvidia_components(config: StackConfig) -> dict[str, list[KubeObject]]:
-    # Owned by the NVIDIA-pools builders (device plugin configs, mig-parted, repartition, webhook).
-    import importlib
-
-    out: dict[str, list[KubeObject]] = {}
-    for component, module, builder in (
-        ("nvidia", "nvidia", "build_nvidia_objects"),
-        ("repartition", "repartition", "build_repartition_objects"),
-        ("webhook", "webhook", "build_webhook_objects"),
-    ):
-        try:  # TEMPORARY while the modules land; removed before release
-            mod = importlib.import_module(f"tessera.manifests.{module}")
-        except ModuleNotFoundError:
-            continue
-        out[component] = list(getattr(mod, builder)(config))
-    return out
+    # NVIDIA-pool objects (device plugin configs, mig-parted), scheduled re-partitioning and the
+    # admission webhook have their own builders; they read the stack config directly.
+    return {
+        "nvidia": list(nvidia.build_nvidia_objects(config)),
+        "repartition": list(repartition.build_repartition_objects(config)),
+        "webhook": list(webhook.build_webhook_objects(config)),
+    }
 
 
 def build_stack(config: StackConfig) -> dict[str, list[KubeObject]]:
@@ -84,8 +76,6 @@ def build_stack(config: StackConfig) -> dict[str, list[KubeObject]]:
 
 def gpu_operator_release(config: StackConfig) -> HelmRelease | None:
     """The gpu-operator chart with this stack's values, or None when no pool needs it."""
-    from tessera.manifests import nvidia
-
     chart = nvidia.gpu_operator_chart(config)
     if chart is None:
         return None

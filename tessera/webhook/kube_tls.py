@@ -47,17 +47,16 @@ class KubernetesTlsApi:
         return SecretState(data=data, resource_version=str(version or ""))
 
     def write_secret(self, namespace: str, name: str, data: Mapping[str, str], resource_version: str) -> None:
+        """A patch, not a PUT: labels and annotations written by Pulumi/kubectl stay; the
+        resourceVersion in the patch is a precondition (409 when another replica wrote first)."""
         from kubernetes.client.exceptions import ApiException
 
         body: Any = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
-            "type": "Opaque",
+            "metadata": {"resourceVersion": resource_version},
             "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(data.items())},
         }
         try:
-            self._core.replace_namespaced_secret(name, namespace, body)
+            self._core.patch_namespaced_secret(name, namespace, body)
         except ApiException as exc:
             raise _translate(exc) from exc
 

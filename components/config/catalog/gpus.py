@@ -79,7 +79,8 @@ def _seven_slice(one: str, one_double: str, two: str, three: str, four: str, sev
 
 def _layouts(profiles: tuple[MigProfile, ...], balanced: dict[str, int]) -> dict[str, dict[str, int]]:
     """mig-parted's default names: all-<profile> fills the GPU with one profile; all-balanced mixes."""
-    layouts = {f"all-{p.name}": {p.name: p.max_count} for p in profiles}
+    # label values cannot hold '+', so mig-parted spells media-extension layouts all-1g.5gb.me
+    layouts = {f"all-{p.name.replace('+me', '.me')}": {p.name: p.max_count} for p in profiles}
     layouts["all-balanced"] = balanced
     return layouts
 
@@ -90,8 +91,8 @@ def _mig_model(name: str, memory_gib: int, arch: str, profiles: tuple[MigProfile
 
 _A100_40 = _seven_slice("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
 _X_80 = _seven_slice("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-# H20: NVIDIA lists it as a 96 GB, 7-instance MIG GPU; profile names follow the guide's pattern
-# (memory eighths of 96 GB). Not confirmed against `nvidia-smi mig -lgip` on real hardware.
+# H20: NVIDIA lists it as a 96 GB, 7-instance MIG GPU. 1g.12gb, 2g.24gb, 3g.48gb and 7g.96gb appear in
+# published device-plugin configs; 1g.24gb and 4g.48gb follow the A100/H100 pattern (unconfirmed).
 _H20 = _seven_slice("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb")
 _H200 = _seven_slice("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")
 _A30 = _profiles((("1g.6gb", 1, 1, 4), ("1g.6gb+me", 1, 1, 1), ("2g.12gb", 2, 2, 2), ("2g.12gb+me", 2, 2, 1), ("4g.24gb", 4, 4, 1)))

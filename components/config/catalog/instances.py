@@ -42,7 +42,11 @@ INSTANCE_TYPES: Final = MappingProxyType(
         spec.name: spec
         for spec in (
             *_family("T4", {"GN7.2XLARGE32": 1, "GN7.5XLARGE80": 1, "GN7.8XLARGE128": 1, "GN7.10XLARGE160": 2, "GN7.20XLARGE320": 4}),
-            *_family("V100-32GB", {"GN10X.2XLARGE40": 1, "GN10X.4XLARGE80": 2, "GN10X.9XLARGE160": 4, "GN10X.18XLARGE320": 8}),
+            *_family(
+                "V100-32GB",
+                {"GN10X.2XLARGE40": 1, "GN10X.4XLARGE80": 2, "GN10X.9XLARGE160": 4, "GN10X.18XLARGE320": 8},
+                unconfirmed=frozenset({"GN10X.4XLARGE80", "GN10X.9XLARGE160", "GN10X.18XLARGE320"}),
+            ),
             *_family("V100-32GB", {"GN10Xp.2XLARGE40": 1, "GN10Xp.5XLARGE80": 2, "GN10Xp.10XLARGE160": 4, "GN10Xp.20XLARGE320": 8}),
             *_family("A100-40GB", {"GT4.4XLARGE96": 1, "GT4.8XLARGE192": 2, "GT4.20XLARGE474": 4, "GT4.41XLARGE948": 8}),
             *_family(

@@ -10,11 +10,12 @@ lifetime.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tessera_node.agent.cgroups import CgroupLocator, ProcessCgroup
-from tessera_node.agent.registry import ContainerKey, RegisteredContainer
+from tessera_node.agent.index import RegistryView
+from tessera_node.agent.registry import ContainerKey, ContainerName, PodUid
 from tessera_node.gpu.backend import GpuInfo, ProcessSample
 
 
@@ -29,26 +30,55 @@ class ContainerGpuUse:
     pids: tuple[int, ...]
 
 
+_UNKNOWN = ContainerKey(PodUid(""), ContainerName(""))  # cache marker: "looked up, no owner"
+
+
 @dataclass
 class ProcessAttributor:
     locator: CgroupLocator
-    _cache: dict[int, ProcessCgroup | None] = field(default_factory=dict)
+    _where: dict[int, ProcessCgroup | None] = field(default_factory=dict)  # pid -> cgroup, for the pid's life
+    _owners: dict[tuple[int, int], ContainerKey] = field(default_factory=dict)  # (pid, gpu index) -> owner, per view
+    _view: RegistryView | None = None
+
+    def owners_for(self, view: RegistryView) -> dict[tuple[int, int], ContainerKey]:
+        """The (pid, gpu index) -> owner cache valid for `view`, for the fast path to read
+        directly; entries for processes without an owner hold a marker that is never a
+        registered key."""
+        if view is not self._view:
+            self._owners.clear()
+            self._view = view
+        return self._owners
+
+    def owner(self, pid: int, gpu_index: int, uuid: str, view: RegistryView) -> ContainerKey | None:
+        """The registered container a GPU process belongs to (cached; one /proc read per pid)."""
+        if view is not self._view:
+            self._owners.clear()
+            self._view = view
+        slot = (pid, gpu_index)
+        found = self._owners.get(slot)
+        if found is None:
+            found = self._lookup(pid, uuid, view) or _UNKNOWN
+            self._owners[slot] = found
+        return None if found is _UNKNOWN else found
+
+    def prune(self, live_pids: set[int]) -> None:
+        """Forget exited processes (their pid may be reused by another container)."""
+        if len(self._where) > len(live_pids):
+            for pid in [p for p in self._where if p not in live_pids]:
+                del self._where[pid]
+            for slot in [k for k in self._owners if k[0] not in live_pids]:
+                del self._owners[slot]
 
     def attribute(
         self,
         samples: Iterable[ProcessSample],
         gpus: Iterable[GpuInfo],
-        containers: Iterable[RegisteredContainer],
+        view: RegistryView,
     ) -> dict[tuple[ContainerKey, str], ContainerGpuUse]:
+        """Every container's memory, SM utilisation and PIDs per GPU."""
         uuid_of = {g.index: g.uuid for g in gpus}
-        by_pod: dict[str, list[RegisteredContainer]] = {}
-        for c in containers:
-            by_pod.setdefault(c.pod_uid, []).append(c)
         samples = list(samples)
-        seen = {s.pid for s in samples}
-        for pid in [p for p in self._cache if p not in seen]:
-            del self._cache[pid]
-
+        self.prune({s.pid for s in samples})
         memory: dict[tuple[ContainerKey, str], int] = {}
         sm: dict[tuple[ContainerKey, str], int] = {}
         pids: dict[tuple[ContainerKey, str], list[int]] = {}
@@ -56,7 +86,7 @@ class ProcessAttributor:
             uuid = uuid_of.get(sample.gpu)
             if uuid is None:
                 continue
-            owner = self._owner(sample.pid, uuid, by_pod)
+            owner = self.owner(sample.pid, sample.gpu, uuid, view)
             if owner is None:
                 continue
             slot = (owner, uuid)
@@ -65,13 +95,13 @@ class ProcessAttributor:
             pids.setdefault(slot, []).append(int(sample.pid))
         return {slot: ContainerGpuUse(slot[0], slot[1], memory[slot], sm[slot], tuple(pids[slot])) for slot in memory}
 
-    def _owner(self, pid: int, uuid: str, by_pod: Mapping[str, list[RegisteredContainer]]) -> ContainerKey | None:
-        if pid not in self._cache:
-            self._cache[pid] = self.locator.process_cgroup(pid)
-        where = self._cache[pid]
+    def _lookup(self, pid: int, uuid: str, view: RegistryView) -> ContainerKey | None:
+        if pid not in self._where:
+            self._where[pid] = self.locator.process_cgroup(pid)
+        where = self._where[pid]
         if where is None:
             return None
-        candidates = [c for c in by_pod.get(where.pod_uid, []) if uuid in c.gpu_uuids]
+        candidates = [c for c in view.by_pod.get(where.pod_uid, ()) if uuid in c.gpu_uuids]
         if not candidates:
             return None
         if where.container_id is not None:
@@ -83,4 +113,4 @@ class ProcessAttributor:
             if not unknown:
                 return None
             candidates = unknown
-        return sorted(candidates, key=lambda c: c.container)[0].key
+        return candidates[0].key

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tessera_node.agent.registry import ContainerKey, RegisteredContainer, SharingPolicy
+from tessera_node.agent.index import RegistryView
+from tessera_node.agent.registry import ContainerKey, RegisteredContainer
 
 
 @dataclass
@@ -35,11 +36,13 @@ class BurstController:
     def step(
         self,
         now: float,
-        containers: Iterable[RegisteredContainer],
+        containers: RegistryView | Iterable[RegisteredContainer],
         active: Iterable[tuple[ContainerKey, str]],
     ) -> set[ContainerKey]:
         """The burst-share containers that must be frozen right now."""
-        burst = {c.key: c for c in containers if c.policy.sharing is SharingPolicy.BURST_SHARE}
+        burst = RegistryView.of(containers).burst
+        if not burst and not self.last_active and not self._throttled:
+            return set()
         for slot in active:
             if slot[0] in burst:
                 self.last_active[slot] = now

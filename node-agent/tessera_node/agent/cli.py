@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from tessera.contract import ENV_POOLS_FILE
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.freezer import Freezer, LeaseBook, run_lease_guard, thaw_all
@@ -44,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sharing-policy", choices=[p.value for p in SharingPolicy], help="pool policy when node labels do not say (default best-effort)")
     parser.add_argument("--memory-enforcement", choices=[m.value for m in MemoryEnforcement], help="warn or enforce when node labels do not say (default warn)")
     parser.add_argument("--online-offline", action="store_true", help="co-location on when node labels do not say")
-    parser.add_argument("--offline-resume-idle", type=float, help="seconds of online idleness before offline work resumes (default 5)")
+    parser.add_argument("--offline-resume-idle", type=float, help="seconds of online idleness before offline work resumes (default 2)")
+    parser.add_argument("--pools-file", type=Path, default=os.environ.get(ENV_POOLS_FILE), help=f"pool settings JSON (default ${ENV_POOLS_FILE})")
     parser.add_argument("--no-mps", action="store_true", help="do not run MPS daemons (fixed-share limits then rely on nothing)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -68,6 +70,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         metrics_port=args.metrics_port,
         pool_policy=policy,
         mps_enabled=not args.no_mps,
+        pools_file=Path(args.pools_file) if args.pools_file else None,
     )
 
 

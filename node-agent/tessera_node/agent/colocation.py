@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tessera_node.agent.registry import AppClass, ContainerKey, RegisteredContainer
+from tessera_node.agent.index import RegistryView, may_pause_for_online
+from tessera_node.agent.registry import ContainerKey, RegisteredContainer
 
 REASON_PAUSED = "TesseraOfflinePaused"
 REASON_RESUMED = "TesseraOfflineResumed"
@@ -52,67 +53,62 @@ class ColocationController:
 
     last_online_active: dict[str, float] = field(default_factory=dict)
     frozen: dict[ContainerKey, float] = field(default_factory=dict)  # key -> frozen since (monotonic)
+    _view: RegistryView | None = None
+    _signature: tuple[tuple[float, frozenset[str]], ...] | None = None
 
     def step(
         self,
         now: float,
-        containers: Iterable[RegisteredContainer],
+        containers: RegistryView | Iterable[RegisteredContainer],
         active_online: Mapping[str, Iterable[ContainerKey]],
     ) -> ColocationPlan:
         """`active_online`: GPU uuid -> keys of online containers active on it in this sample."""
-        registered = {c.key: c for c in containers}
-        online_on_gpu: dict[str, list[RegisteredContainer]] = {}
-        for c in registered.values():
-            if c.app_class is AppClass.ONLINE:
-                for uuid in c.gpu_uuids:
-                    online_on_gpu.setdefault(uuid, []).append(c)
-
+        view = RegistryView.of(containers)
         active_names: dict[str, tuple[str, ...]] = {}
         for uuid, keys in active_online.items():
-            live = [registered[k] for k in keys if k in registered and registered[k].app_class is AppClass.ONLINE]
+            live = [view.records[k] for k in keys if k in view.online_keys]
             if live:
                 self.last_online_active[uuid] = now
                 active_names[uuid] = tuple(f"{c.namespace}/{c.pod_name}/{c.container}" for c in live)
         # A GPU without online containers has nothing to protect: forget its history.
-        for uuid in [u for u in self.last_online_active if u not in online_on_gpu]:
+        for uuid in [u for u in self.last_online_active if u not in view.online_on_gpu]:
             del self.last_online_active[uuid]
+
+        # The decision depends only on the registry and on which GPUs are "hot" for each resume
+        # window; when neither changed there is nothing to do (the common tick).
+        signature = tuple((idle, self._hot(now, idle)) for idle in view.offline_idle_values)
+        if view is self._view and signature == self._signature and not (self.frozen.keys() - view.records.keys()):
+            return ColocationPlan()
+        self._view, self._signature = view, signature
 
         freeze: list[FreezeOrder] = []
         thaw: list[ThawOrder] = []
-        for key, c in registered.items():
-            if c.app_class is not AppClass.OFFLINE or not c.policy.online_offline:
-                continue
-            cause = self._cause(c, now)
+        hot = dict(signature)
+        for c in view.colocated_offline:
+            hot_gpus = hot.get(c.policy.offline_resume_idle_s, frozenset())
+            cause = next((u for u in c.gpu_uuids if u in hot_gpus), None)
+            key = c.key
             if cause is not None and key not in self.frozen:
                 freeze.append(FreezeOrder(c, cause, active_names.get(cause, ())))
                 self.frozen[key] = now
             elif cause is None and key in self.frozen:
                 thaw.append(ThawOrder(key, c, self._thaw_reason(c)))
                 del self.frozen[key]
-        for key in [k for k in self.frozen if k not in registered or not _may_freeze(registered[k])]:
-            thaw.append(ThawOrder(key, registered.get(key), "container left the registry or its pool stopped co-location"))
+        for key in [k for k in self.frozen if k not in view.records or not may_pause_for_online(view.records[k])]:
+            thaw.append(ThawOrder(key, view.records.get(key), "container left the registry or its pool stopped co-location"))
             del self.frozen[key]
         return ColocationPlan(tuple(freeze), tuple(thaw))
 
     def forget(self, key: ContainerKey) -> None:
-        """The freeze could not be applied (cgroup gone): do not count the container as frozen."""
+        """The freeze could not be applied (cgroup not found): do not count the container as
+        frozen. It is tried again when the registry changes (e.g. its container id is learnt)."""
         self.frozen.pop(key, None)
 
-    def _cause(self, c: RegisteredContainer, now: float) -> str | None:
-        """The GPU that keeps `c` frozen, if any."""
-        for uuid in c.gpu_uuids:
-            last = self.last_online_active.get(uuid)
-            if last is None:
-                continue
-            if last == now or now - last < c.policy.offline_resume_idle_s:
-                return uuid
-        return None
+    def _hot(self, now: float, idle_s: float) -> frozenset[str]:
+        """GPUs whose online work was active now or within `idle_s`."""
+        return frozenset(u for u, last in self.last_online_active.items() if last == now or now - last < idle_s)
 
     def _thaw_reason(self, c: RegisteredContainer) -> str:
         if any(u in self.last_online_active for u in c.gpu_uuids):
             return f"online work idle for {c.policy.offline_resume_idle_s:g}s"
         return "no online container left on its GPU"
-
-
-def _may_freeze(c: RegisteredContainer) -> bool:
-    return c.app_class is AppClass.OFFLINE and c.policy.online_offline

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,13 +41,20 @@ class Freezer:
 
     def request(self, cgroup_dir: Path, frozen: bool) -> bool:
         """Ask the kernel to freeze or thaw; False when the cgroup is gone."""
+        if self.version is CgroupVersion.V2:
+            path, value = cgroup_dir / "cgroup.freeze", b"1" if frozen else b"0"
+        else:
+            path, value = cgroup_dir / "freezer.state", b"FROZEN" if frozen else b"THAWED"
         try:
-            if self.version is CgroupVersion.V2:
-                (cgroup_dir / "cgroup.freeze").write_text("1" if frozen else "0")
-            else:
-                (cgroup_dir / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+            # One write(2), no O_TRUNC/O_CREAT: cgroup files take a single value per write and
+            # must never be created by us (a missing file means the container is gone).
+            fd = os.open(path, os.O_WRONLY)
         except (FileNotFoundError, NotADirectoryError):
             return False
+        try:
+            os.write(fd, value)
+        finally:
+            os.close(fd)
         return True
 
     def state(self, cgroup_dir: Path) -> FreezeState:
@@ -102,8 +110,15 @@ class LeaseBook:
         return self._path
 
     def grant(self, cgroup: Path, holder: str, ttl_s: float, now: float) -> None:
+        self.grant_many([(cgroup, holder)], ttl_s, now)
+
+    def grant_many(self, grants: list[tuple[Path, str]], ttl_s: float, now: float) -> None:
+        """One file write for many leases (a GPU's offline containers freeze together)."""
+        if not grants:
+            return
         with self._edit() as leases:
-            leases[str(cgroup)] = Lease(str(cgroup), holder, now + ttl_s)
+            for cgroup, holder in grants:
+                leases[str(cgroup)] = Lease(str(cgroup), holder, now + ttl_s)
 
     def renew(self, cgroups: list[Path], ttl_s: float, now: float) -> list[Path]:
         """Extend the leases; returns the cgroups whose lease was gone (a guard thawed them)."""
@@ -127,8 +142,14 @@ class LeaseBook:
         return gone
 
     def release(self, cgroup: Path) -> None:
+        self.release_many([cgroup])
+
+    def release_many(self, cgroups: list[Path]) -> None:
+        if not cgroups:
+            return
         with self._edit() as leases:
-            leases.pop(str(cgroup), None)
+            for cgroup in cgroups:
+                leases.pop(str(cgroup), None)
 
     def all(self) -> list[Lease]:
         return sorted(self._load().values(), key=lambda lease: lease.cgroup)
@@ -146,7 +167,7 @@ class LeaseBook:
                 yield leases
                 if leases != before:
                     body = [{"cgroup": l.cgroup, "holder": l.holder, "expiresAt": l.expires_at} for l in leases.values()]
-                    atomic_write_text(self._path, json.dumps(sorted(body, key=lambda b: str(b["cgroup"])), indent=1))
+                    atomic_write_text(self._path, json.dumps(sorted(body, key=lambda b: str(b["cgroup"])), separators=(",", ":")))
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 
@@ -164,12 +185,10 @@ class LeaseBook:
 
 def thaw_leases(book: LeaseBook, freezer: Freezer, leases: list[Lease]) -> list[str]:
     """Thaw the given leased cgroups and drop their leases; returns the thawed paths."""
-    thawed: list[str] = []
     for lease in leases:
         freezer.request(Path(lease.cgroup), False)
-        book.release(Path(lease.cgroup))
-        thawed.append(lease.cgroup)
-    return thawed
+    book.release_many([Path(lease.cgroup) for lease in leases])
+    return [lease.cgroup for lease in leases]
 
 
 def thaw_expired(book: LeaseBook, freezer: Freezer, now: float) -> list[str]:

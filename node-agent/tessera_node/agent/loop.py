@@ -1,10 +1,11 @@
 """The node agent's main loop: sample the GPUs, decide, act, publish metrics.
 
 Two cadences (see `AgentSettings`): every tick (default 100 ms) the fast path samples GPU
-processes, attributes them to containers and runs the online/offline and burst-share
-controllers, because pausing offline work is latency-bound. Every `slow_every` ticks (default 1 s)
-the slow path checks memory limits, renews freeze leases, supervises MPS daemons, polls Xid
-events, publishes the metrics view and, less often, reconciles the registry with the pods.
+processes, attributes the busy ones to containers, runs the online/offline and burst-share
+controllers and renews freeze leases, because pausing offline work is latency-bound. Every
+`slow_every` ticks (default 1 s) the slow path attributes every process, checks memory limits,
+supervises MPS daemons, polls Xid events, publishes the metrics view and, less often, learns
+container ids from the pods.
 """
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED, ColocationController
 from tessera_node.agent.events import EventSink, EventType
 from tessera_node.agent.freezer import Freezer, LeaseBook
+from tessera_node.agent.index import RegistryView
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED, REASON_MEMORY_WARNING, MemoryAction, MemoryGuard, ProcessKiller
 from tessera_node.agent.metrics import AgentView, ContainerGpuRow, GpuRow, ViewBox
 from tessera_node.agent.mps import MpsSupervisor, desired_limits
 from tessera_node.agent.pausing import PauseCause, PauseManager
+from tessera_node.agent.pools import pool_policy_for_node, read_pools_file
 from tessera_node.agent.registry import (
     AppClass,
     ContainerKey,
@@ -34,10 +37,9 @@ from tessera_node.agent.registry import (
     SharingPolicy,
     container_ids_from_status,
     containers_from_pods,
-    pool_policy_from_node_labels,
 )
 from tessera_node.agent.settings import AgentSettings
-from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuInfo
+from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuInfo, ProcessSample
 
 _log = logging.getLogger(__name__)
 
@@ -81,16 +83,20 @@ class Agent:
         self.counters = _Counters()
         self.node_policy: PoolPolicy | None = None  # from node labels when a KubeApi is given
         self._gpus: list[GpuInfo] = []
+        self._uuid_of: dict[int, str] = {}
         self._healthy: dict[int, bool] = {}
         self._usage: dict[tuple[ContainerKey, str], ContainerGpuUse] = {}
-        self._containers: dict[ContainerKey, RegisteredContainer] = {}
+        self._view_cache = RegistryView.of([])
         self._containers_stamp: object = object()
+        self._samples: list[ProcessSample] = []
+        self._last_throttled: set[ContainerKey] = set()
+        self._last_applied_view: RegistryView | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> list[str]:
         """Open the GPU backend, learn the pods, and thaw whatever a previous agent left frozen."""
         self.deps.backend.open()
-        self._gpus = self.deps.backend.list_gpus()
+        self.set_gpus(self.deps.backend.list_gpus())
         self._healthy = {g.index: True for g in self._gpus}
         self.refresh_from_pods()
         offline = [c for c in self.containers().values() if c.app_class is AppClass.OFFLINE or c.policy.sharing is SharingPolicy.BURST_SHARE]
@@ -100,6 +106,10 @@ class Agent:
             _log.info("thawed %s left frozen by a previous agent", path)
         self.publish()
         return thawed
+
+    def set_gpus(self, gpus: list[GpuInfo]) -> None:
+        self._gpus = gpus
+        self._uuid_of = {g.index: g.uuid for g in gpus}
 
     def shutdown(self) -> list[str]:
         thawed = self.pauses.thaw_everything(self.deps.monotonic())
@@ -122,46 +132,62 @@ class Agent:
             stop.wait(delay)
 
     # --- one iteration -------------------------------------------------------------------------
-    def containers(self) -> dict[ContainerKey, RegisteredContainer]:
-        """Registry records with the node's pool policy applied (cached per registry change)."""
+    def containers(self) -> RegistryView:
+        """Registry records with the node's pool policy applied, indexed; rebuilt only when the
+        registry file or the node policy changed."""
         stamp = (self.deps.registry.stamp, self.node_policy)
         if stamp != self._containers_stamp:
             records = self.deps.registry.snapshot()
             if self.node_policy is not None:
                 records = {k: replace(c, policy=self.node_policy) for k, c in records.items()}
-            self._containers = records
+            self._view_cache = RegistryView.of(records)
             self._containers_stamp = stamp
-        return self._containers
+        return self._view_cache
 
     def tick(self) -> None:
         started = time.perf_counter()
         now = self.deps.monotonic()
-        containers = self.containers()
+        view = self.containers()
         try:
             samples = self.deps.backend.processes()
         except GpuBackendError as exc:
             _log.warning("GPU sampling failed: %s", exc)
             samples = []
-        usage = self.attributor.attribute(samples, self._gpus, containers.values())
-        self._usage = usage
+        self._samples = samples
+        # Fast path: only processes above the activity threshold, only online and burst-share
+        # owners matter for pausing decisions; full attribution waits for the slow path.
         threshold = self.settings.activity_threshold_pct
-        active = [slot for slot, use in usage.items() if use.sm_pct >= threshold]
         active_online: dict[str, list[ContainerKey]] = {}
-        for key, uuid in active:
-            record = containers.get(key)
-            if record is not None and record.app_class is AppClass.ONLINE:
-                active_online.setdefault(uuid, []).append(key)
-        plan = self.colocation.step(now, containers.values(), active_online)
-        throttled = self.burst.step(now, containers.values(), active)
-        wanted: dict[ContainerKey, set[PauseCause]] = {k: {PauseCause.ONLINE_ACTIVE} for k in self.colocation.frozen}
-        for key in throttled:
-            wanted.setdefault(key, set()).add(PauseCause.BURST_THROTTLE)
-        if wanted or self.pauses.paused:
-            wall = self.deps.wall()
-            self.pauses.apply(now, wall, wanted, containers)
-            self.pauses.renew_leases(wall)
-        for key in [k for k in self.colocation.frozen if k not in self.pauses.paused]:
-            self.colocation.forget(key)
+        active_burst: list[tuple[ContainerKey, str]] = []
+        if view.colocated_offline or view.burst:
+            uuid_of = self._uuid_of
+            owners = self.attributor.owners_for(view)
+            online_keys, burst = view.online_keys, view.burst
+            for sample in samples:
+                if sample.sm_utilisation_pct < threshold:
+                    continue
+                owner = owners.get((sample.pid, sample.gpu))
+                if owner is None:
+                    uuid = uuid_of.get(sample.gpu)
+                    owner = self.attributor.owner(sample.pid, sample.gpu, uuid, view) if uuid else None
+                    if owner is None:
+                        continue
+                if owner in online_keys:
+                    active_online.setdefault(uuid_of[sample.gpu], []).append(owner)
+                elif owner in burst:
+                    active_burst.append((owner, uuid_of[sample.gpu]))
+        plan = self.colocation.step(now, view, active_online)
+        throttled = self.burst.step(now, view, active_burst)
+        if not plan.empty or throttled != self._last_throttled or view is not self._last_applied_view:
+            # Only when a decision changed: rebuilding the wanted set costs O(frozen containers).
+            wanted: dict[ContainerKey, set[PauseCause]] = {k: {PauseCause.ONLINE_ACTIVE} for k in self.colocation.frozen}
+            for key in throttled:
+                wanted.setdefault(key, set()).add(PauseCause.BURST_THROTTLE)
+            self.pauses.apply(now, self.deps.wall(), wanted, view.records)
+            for key in [k for k in self.colocation.frozen if k not in self.pauses.paused]:
+                self.colocation.forget(key)
+            self._last_throttled, self._last_applied_view = throttled, view
+        self.pauses.renew_leases(self.deps.wall())
         for order in plan.freeze:
             if order.container.key in self.pauses.paused:
                 who = ", ".join(order.online) or "an online container"
@@ -176,6 +202,7 @@ class Agent:
 
     def slow_tick(self) -> None:
         containers = self.containers()
+        self._usage = self.attributor.attribute(self._samples, self._gpus, containers)
         self._poll_health()
         self._enforce_memory(containers)
         if self.deps.mps is not None and self.settings.mps_enabled:
@@ -183,7 +210,8 @@ class Agent:
                 _log.info("%s", line)
         if self.counters.ticks % self.settings.pods_refresh_every == 0:
             self.refresh_from_pods()
-        self.publish()
+        if self.view.wanted(self.deps.monotonic()):
+            self.publish()
 
     # --- slow-path parts -----------------------------------------------------------------------
     def refresh_from_pods(self) -> None:
@@ -193,7 +221,8 @@ class Agent:
         try:
             node = kube.get_node(self.settings.node_name)
             labels = (node.get("metadata") or {}).get("labels") or {}
-            self.node_policy = pool_policy_from_node_labels(labels, default=self.settings.pool_policy)
+            pools = read_pools_file(self.settings.pools_file)
+            self.node_policy = pool_policy_for_node(labels, pools, self.settings.pool_policy)
             pods = kube.list_pods(node_name=self.settings.node_name)
         except (KubeApiError, OSError) as exc:
             _log.warning("cannot list pods on %s: %s; keeping the registry as is", self.settings.node_name, exc)
@@ -217,7 +246,7 @@ class Agent:
         except GpuBackendError as exc:
             _log.warning("GPU health poll failed: %s", exc)
 
-    def _enforce_memory(self, containers: dict[ContainerKey, RegisteredContainer]) -> None:
+    def _enforce_memory(self, containers: RegistryView) -> None:
         for v in self.memory.check(containers.values(), self._usage):
             slot = (v.container.key, v.gpu_uuid)
             if v.action is MemoryAction.KILL:
@@ -230,7 +259,7 @@ class Agent:
                 self.events.emit(v.container, REASON_MEMORY_WARNING, v.message, EventType.WARNING)
 
     def publish(self) -> None:
-        self.view.publish(self.build_view())
+        self.view.publish(self.build_view(), self.deps.monotonic())
 
     def build_view(self) -> AgentView:
         containers = self.containers()

@@ -68,17 +68,33 @@ class AgentView:
 
 @dataclass
 class ViewBox:
-    """The latest view, swapped atomically by the loop and read by scrapes."""
+    """The latest view, swapped atomically by the loop and read by scrapes.
 
+    Demand-driven: the loop rebuilds the view (the costliest part of a slow tick with hundreds
+    of containers) only when a scrape read the previous one, or when it is older than
+    `max_age_s`, so an unscraped agent pays nothing and a scraped one is at most one slow tick
+    (1 s) stale.
+    """
+
+    max_age_s: float = 10.0
     _view: AgentView = field(default_factory=AgentView)
+    _read: bool = True
+    _built_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def publish(self, view: AgentView) -> None:
+    def publish(self, view: AgentView, now: float) -> None:
         with self._lock:
             self._view = view
+            self._read = False
+            self._built_at = now
+
+    def wanted(self, now: float) -> bool:
+        with self._lock:
+            return self._read or self._built_at is None or now - self._built_at >= self.max_age_s
 
     def get(self) -> AgentView:
         with self._lock:
+            self._read = True
             return self._view
 
 

@@ -208,6 +208,11 @@ class MpsSupervisor:
                     done.append(f"MPS control for {uuid} failed ({code}): {out.strip()}")
         return done
 
+    def limits_applied(self, gpu_uuid: str) -> bool:
+        """Whether the GPU's daemon runs and accepted its limits."""
+        daemon = self._daemons.get(gpu_uuid)
+        return daemon is not None and daemon.limits is not None and daemon.handle.poll() is None
+
     def running(self) -> dict[str, int]:
         return {u: d.handle.pid for u, d in self._daemons.items() if d.handle.poll() is None}
 

@@ -42,6 +42,20 @@ class PauseManager:
     frozen_seconds: dict[ContainerKey, float] = field(default_factory=dict)
     freeze_count: dict[ContainerKey, int] = field(default_factory=dict)
     _last_renew: float = 0.0
+    _dirs: dict[tuple[ContainerKey, str | None], Path] = field(default_factory=dict)
+
+    def _cgroup_of(self, container: RegisteredContainer) -> Path | None:
+        """Cached: finding a cgroup costs several stat() calls, and the same offline containers
+        are paused again at every online burst. A restarted container has a new id (new entry)."""
+        slot = (container.key, container.container_id)
+        found = self._dirs.get(slot)
+        if found is None:
+            found = self.locator.container_dir(container.pod_uid, container.container_id)
+            if found is not None:
+                if len(self._dirs) > 4096:  # bounded: drop everything rather than track ages
+                    self._dirs.clear()
+                self._dirs[slot] = found
+        return found
 
     def apply(
         self,
@@ -51,11 +65,11 @@ class PauseManager:
         registered: Mapping[ContainerKey, RegisteredContainer],
     ) -> tuple[list[ContainerKey], list[ContainerKey]]:
         """Make the frozen set equal `wanted`; returns (newly frozen, newly thawed)."""
-        frozen: list[ContainerKey] = []
-        thawed: list[ContainerKey] = []
-        for key in [k for k in self.paused if k not in wanted]:
-            self._thaw(key, now_mono)
-            thawed.append(key)
+        thawed = [k for k in self.paused if k not in wanted]
+        released = [self._thaw(key, now_mono) for key in thawed]
+        self.leases.release_many(released)
+
+        to_freeze: list[tuple[ContainerKey, Path, str]] = []
         for key, causes in wanted.items():
             if key in self.paused:
                 self.paused[key].causes = set(causes)
@@ -63,23 +77,28 @@ class PauseManager:
             container = registered.get(key)
             if container is None:
                 continue
-            cgroup = self.locator.container_dir(container.pod_uid, container.container_id)
+            cgroup = self._cgroup_of(container)
             if cgroup is None:
                 _log.warning("no cgroup found for %s (pod %s/%s); cannot pause it", key, container.namespace, container.pod_name)
                 continue
-            # write-ahead: the lease exists before the freeze does
-            self.leases.grant(cgroup, f"{container.namespace}/{container.pod_name}/{container.container}", self.lease_ttl_s, now_wall)
+            to_freeze.append((key, cgroup, f"{container.namespace}/{container.pod_name}/{container.container}"))
+        # write-ahead: the leases exist before the freezes do (one file write for the batch)
+        self.leases.grant_many([(cgroup, holder) for _, cgroup, holder in to_freeze], self.lease_ttl_s, now_wall)
+        frozen: list[ContainerKey] = []
+        failed: list[Path] = []
+        for key, cgroup, _ in to_freeze:
             if self.confirm_timeout_s > 0:
-                state = self.freezer.freeze_and_wait(cgroup, self.confirm_timeout_s)
-                ok = state is not FreezeState.GONE
+                ok = self.freezer.freeze_and_wait(cgroup, self.confirm_timeout_s) is not FreezeState.GONE
             else:
                 ok = self.freezer.request(cgroup, True)
             if not ok:
-                self.leases.release(cgroup)
+                failed.append(cgroup)
+                self._dirs.pop((key, registered[key].container_id), None)
                 continue
-            self.paused[key] = PausedContainer(cgroup, now_mono, set(causes))
+            self.paused[key] = PausedContainer(cgroup, now_mono, set(wanted[key]))
             self.freeze_count[key] = self.freeze_count.get(key, 0) + 1
             frozen.append(key)
+        self.leases.release_many(failed)
         return frozen, thawed
 
     def renew_leases(self, now_wall: float) -> None:
@@ -108,8 +127,7 @@ class PauseManager:
     def thaw_everything(self, now_mono: float, extra: Iterable[Path] = ()) -> list[str]:
         """Start and shutdown: thaw every leased cgroup (also those of a previous agent) and
         `extra` cgroups (every registered offline container, in case the lease file was lost)."""
-        for key in list(self.paused):
-            self._thaw(key, now_mono)
+        self.leases.release_many([self._thaw(key, now_mono) for key in list(self.paused)])
         done = thaw_all(self.leases, self.freezer)
         for cgroup in extra:
             if self.freezer.state(cgroup) in (FreezeState.FROZEN, FreezeState.FREEZING):
@@ -117,8 +135,9 @@ class PauseManager:
                 done.append(str(cgroup))
         return done
 
-    def _thaw(self, key: ContainerKey, now_mono: float) -> None:
+    def _thaw(self, key: ContainerKey, now_mono: float) -> Path:
+        """Thaw; the caller drops the lease afterwards (batched)."""
         paused = self.paused.pop(key)
         self.freezer.request(paused.cgroup, False)
-        self.leases.release(paused.cgroup)
         self.frozen_seconds[key] = self.frozen_seconds.get(key, 0.0) + (now_mono - paused.since)
+        return paused.cgroup

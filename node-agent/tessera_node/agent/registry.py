@@ -22,8 +22,9 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
-from typing import Any, NewType
+from typing import Any, NamedTuple, NewType
 
 from tessera.contract import (
     ANNOTATION_ALLOCATION,
@@ -74,9 +75,10 @@ class PoolPolicy:
     """Default warn: killing work is opt-in per pool."""
     online_offline: bool = False
     """Default off: pausing offline work only happens on pools that asked for co-location."""
-    offline_resume_idle_s: float = 5.0
-    """Stack config `offlineResumeIdleSeconds`. Default 5 s: online traffic in bursts (the seed's
-    scenario 4) resumes offline work between bursts without thrashing freeze/thaw per request."""
+    offline_resume_idle_s: float = 2.0
+    """Stack config `offlineResumeIdleSeconds` (same default as the stack config, 2 s): long
+    enough that bursty online traffic does not thrash freeze/thaw per request, short enough that
+    offline work loses little time after a burst."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,7 +94,7 @@ class PoolPolicy:
             sharing=SharingPolicy(data.get("sharing", SharingPolicy.BEST_EFFORT.value)),
             memory_enforcement=MemoryEnforcement(data.get("memoryEnforcement", MemoryEnforcement.WARN.value)),
             online_offline=bool(data.get("onlineOffline", False)),
-            offline_resume_idle_s=float(data.get("offlineResumeIdleSeconds", 5.0)),
+            offline_resume_idle_s=float(data.get("offlineResumeIdleSeconds", 2.0)),
         )
 
 
@@ -122,8 +124,9 @@ def _enum_or(kind: type[Any], value: str | None, fallback: Any) -> Any:
         return fallback
 
 
-@dataclass(frozen=True)
-class ContainerKey:
+class ContainerKey(NamedTuple):
+    """A container of a pod. A NamedTuple: it is hashed on every tick, and tuple hashing is C-fast."""
+
     pod_uid: PodUid
     container: ContainerName
 
@@ -144,11 +147,11 @@ class RegisteredContainer:
     policy: PoolPolicy = field(default_factory=PoolPolicy)
     container_id: str | None = None  # runtime id (no "containerd://" prefix), learnt from pod status
 
-    @property
+    @cached_property
     def key(self) -> ContainerKey:
         return ContainerKey(self.pod_uid, self.container)
 
-    @property
+    @cached_property
     def gpu_uuids(self) -> tuple[str, ...]:
         return tuple(s.uuid for s in self.shares)
 

@@ -63,6 +63,10 @@ class AgentSettings:
     pool_policy: PoolPolicy = field(default_factory=PoolPolicy)
     """Pool policy used when rebuilding records from pods; node labels override it."""
 
+    pools_file: Path | None = None
+    """The pools ConfigMap file (`TESSERA_POOLS_FILE`, mounted at /etc/tessera/pools/pools.json by
+    the DaemonSet). Default None: only node labels say what the pool policy is."""
+
     memory_grace_mib: int = 0
     """Tolerance above a container's gpu-memory before acting. Default 0: the request is what the
     scheduler reserved; any overshoot takes memory another container was promised."""

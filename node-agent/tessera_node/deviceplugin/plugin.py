@@ -13,6 +13,7 @@ Every `tick_s` (default 100 ms; the Xid wait doubles as the sleep) the superviso
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from tessera.contract import GPU_CORE, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
-from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, SharingPolicy, pool_policy_from_node_labels
+from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, RegisteredContainer, SharingPolicy, pool_policy_from_node_labels
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
 from tessera_node.deviceplugin.pause import PauseTransition, node_labels, transition
@@ -73,6 +74,40 @@ def inventory_from_backend(backend: GpuBackend) -> Inventory:
     )
 
 
+class RegistryWriter:
+    """Writes registry records off the PreStartContainer path.
+
+    The registry is a durable file (flock, rewrite, fsync): tens of milliseconds per write on a
+    busy disk, which would put PreStartContainer far over its 10 ms budget. The verification that
+    decides whether the container may start stays synchronous; only the bookkeeping is queued.
+    A record lost to a crash in between is restored by `DevicePlugin.reconcile` at the next start.
+    """
+
+    def __init__(self, registry: ContainerRegistry) -> None:
+        self._registry = registry
+        self._queue: queue.Queue[RegisteredContainer | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="registry-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: RegisteredContainer) -> None:
+        self._queue.put(record)
+
+    def _drain(self) -> None:
+        while (record := self._queue.get()) is not None:
+            try:
+                self._registry.register(record)
+            except Exception:  # a write failure must not kill the writer; reconcile retries later
+                log.exception("cannot write registry record %s", record.key)
+            finally:
+                self._queue.task_done()
+        self._queue.task_done()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Write what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+
 class DevicePlugin:
     def __init__(
         self,
@@ -87,6 +122,7 @@ class DevicePlugin:
         self._backend = backend
         self._kube = kube
         self._registry = registry
+        self._writer = RegistryWriter(registry)
         self._clock = clock
         self._policy = PoolPolicy()
         self.state = PluginState(Inventory(()), settings.allocate)
@@ -101,7 +137,7 @@ class DevicePlugin:
     # --- PreStartContainer (called from gRPC threads) -------------------------------------------
     def prestart(self, tokens: Sequence[str]) -> None:
         try:
-            holders = self._pod_resources.list_holders()
+            holders = self._pod_resources.holders_of(tokens)
         except PodResourcesError as exc:
             raise PreStartRejected(str(exc)) from exc
         owner = find_owner(holders, tokens)
@@ -118,7 +154,7 @@ class DevicePlugin:
             inventory=self.state.inventory,
             policy=self._policy,
         )
-        self._registry.register(record)
+        self._writer.submit(record)
         log.info("container %s/%s/%s started on GPU(s) %s", owner.namespace, owner.pod, owner.container, [s.index for s in record.shares])
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -157,6 +193,7 @@ class DevicePlugin:
             self._stop_serving()
             self.state.close()
             self._pod_resources.close()
+            self._writer.close()
 
     def _start_serving(self) -> None:
         self._backend.open()

@@ -85,10 +85,10 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
         self._emulator = emulator
 
     def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:
-        return pr.ListPodResourcesResponse(pod_resources=self._emulator._pod_resources())
+        return self._emulator._list_response()
 
     def Get(self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext) -> pr.GetPodResourcesResponse:
-        for pod in self._emulator._pod_resources():
+        for pod in self._emulator._list_response().pod_resources:
             if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                 return pr.GetPodResourcesResponse(pod_resources=pod)
         context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
@@ -105,6 +105,8 @@ class KubeletEmulator:
         self._assigned: dict[PodKey, dict[str, _Assigned]] = {}
         self._views: dict[tuple[str, str, str], ContainerView] = {}
         self.registrations: list[tuple[float, str]] = []  # (monotonic time, resource)
+        self.rpc_seconds: dict[str, list[float]] = {"Allocate": [], "PreStartContainer": []}  # client-side latency
+        self._list_cache: pr.ListPodResourcesResponse | None = None  # rebuilt after assignments change
         self._reg_server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
 
@@ -224,11 +226,15 @@ class KubeletEmulator:
                     chosen = list(preferred)
             assigned = _Assigned(frozenset(chosen))
             self._assigned.setdefault((namespace, name), {})[container] = assigned
+            self._list_cache = None
         try:
+            began = time.perf_counter()
             response = plugin.stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=sorted(assigned.devices))]), timeout=5)
+            self.rpc_seconds["Allocate"].append(time.perf_counter() - began)
         except grpc.RpcError as exc:
             with self._cond:
                 self._assigned[(namespace, name)].pop(container, None)
+                self._list_cache = None
             raise StartFailed(f"Allocate failed: {exc.details()}") from exc
         with self._cond:
             assigned.response = response.container_responses[0]
@@ -242,7 +248,9 @@ class KubeletEmulator:
             raise StartFailed(f"{namespace}/{name}/{container} was not allocated {resource}")
         if plugin.options.pre_start_required:
             try:
+                began = time.perf_counter()
                 plugin.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=sorted(assigned.devices)), timeout=5)
+                self.rpc_seconds["PreStartContainer"].append(time.perf_counter() - began)
             except grpc.RpcError as exc:
                 raise StartFailed(f"PreStartContainer failed: {exc.details()}") from exc
         view = self._resolve(self._kube.get_pod(namespace, name), container, assigned)
@@ -253,6 +261,7 @@ class KubeletEmulator:
     def remove_pod(self, namespace: str, name: str) -> None:
         with self._cond:
             self._assigned.pop((namespace, name), None)
+            self._list_cache = None
             for key in [k for k in self._views if k[:2] == (namespace, name)]:
                 del self._views[key]
 
@@ -281,6 +290,12 @@ class KubeletEmulator:
                     raise StartFailed(f"CreateContainerConfigError: key {ref['key']} not found in ConfigMap {ref['name']}")
         mounts = tuple((m.container_path, m.host_path, m.read_only) for m in response.mounts)
         return ContainerView(env, mounts, assigned.devices, tuple(conflicts))
+
+    def _list_response(self) -> pr.ListPodResourcesResponse:
+        with self._cond:
+            if self._list_cache is None:
+                self._list_cache = pr.ListPodResourcesResponse(pod_resources=self._pod_resources())
+            return self._list_cache
 
     def _pod_resources(self) -> list[pr.PodResources]:
         with self._cond:

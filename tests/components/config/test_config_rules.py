@@ -76,6 +76,7 @@ BAD: list[tuple[dict[str, Any], str, Any, str, str]] = [
     (TKE_BASE, "cluster.endpoint.allowedCidrs", ["0.0.0.0/0"], "cluster.endpoint.allowedCidrs[0]", "opens the Kubernetes API to the whole internet"),
     (TKE_BASE, "cluster.endpoint.public", False, "cluster.endpoint.allowedCidrs", "only applies with public: true"),
     (TKE_BASE, "nodePools[0].zones", ["ap-guangzhou-6"], "nodePools[0].zones[0]", "'ap-guangzhou-6' has no subnet in cluster.subnets"),
+    (TKE_BASE, "cluster.systemNodes", {"instanceType": "GN7.2XLARGE32"}, "cluster.systemNodes.instanceType", "is a GPU instance type"),
     (TKE_BASE, "cluster.level", "L5", "cluster.level", "L5 manages at most 5 nodes, but the pools can grow to 8 including system nodes; use L20"),
     # provider tke required fields, existing-only fields
     (TKE_BASE, "region", DELETE, "tencentcloud:region", "is required for provider tke"),
@@ -117,6 +118,11 @@ BAD: list[tuple[dict[str, Any], str, Any, str, str]] = [
     (TKE_BASE, "nodePools[3].repartition", [{"cron": "0 8 * * *", "layout": 4}, {"cron": "0 20 * * *", "layout": "all-1g.5gb"}], "nodePools[3].repartition[1].layout", "a timeslice pool's layout is replicas per GPU"),
     (TKE_BASE, "nodePools[0].repartition", [{"cron": "0 8 * * *", "layout": 4}, {"cron": "0 20 * * *", "layout": 1}], "nodePools[0].repartition", "nvidia pools hand out whole GPUs"),
     # images, operator, monitoring, quotas, scheduler
+    (TKE_BASE, "images", {"kubeScheduler": {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.31.0"}}, "images.kubeScheduler.tag", "kube-scheduler must be the cluster's minor version or one older"),
+    (TKE_BASE, "images", {"kubeScheduler": {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.28.2"}}, "images.kubeScheduler.tag", "does not fit a 1.30.0 cluster"),
+    (TKE_BASE, "region", "Guangzhou", "tencentcloud:region", "is not a Tencent Cloud region"),
+    (EXISTING_BASE, "cluster.kubeconfig", {"secret": "cluster"}, "cluster.kubeconfig.secret", "is a Tessera setting"),
+    (TKE_BASE, "nodePools[0].gpuDriver", {"customDriverUrl": "ftp://x/driver.run"}, "nodePools[0].gpuDriver.customDriverUrl", "is not an http(s) URL"),
     (TKE_BASE, "images", {"requireDigests": True}, "images.tessera.digest", "is required because images.requireDigests is true"),
     (TKE_BASE, "images", {"tessera": {"repository": "ghcr.io/x/tessera", "digest": "sha256:abc"}}, "images.tessera.digest", "is not an image digest"),
     (TKE_BASE, "images", {"tessera": {"repository": "ghcr.io/x/tessera:1.0"}}, "images.tessera.repository", "is not an image repository"),
@@ -144,6 +150,7 @@ GOOD: list[tuple[str, dict[str, Any]]] = [
     ("A30 custom layout", edit(TKE_BASE, "nodePools[2]", {"name": "a30", "kind": "mig", "instanceType": "X.A30", "customInstanceType": True, "gpuModel": "A30", "gpuCount": 1, "mig": {"profile": {"2g.12gb": 1, "1g.6gb": 2}}})),
     ("shared pool schedule", edit(TKE_BASE, "nodePools[1].repartition", [{"cron": "0 8 * * MON-FRI", "timezone": "Asia/Shanghai", "layout": 4}, {"cron": "0 20 * * *", "layout": 1}])),
     ("quota on a mig resource", edit(TKE_BASE, "quotas", [{"namespace": "ml", "gpuMemoryMiB": 1024, "resources": {"nvidia.com/mig-1g.5gb": 4}}])),
+    ("scheduler one minor older", edit(TKE_BASE, "images", {"kubeScheduler": {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.29.8"}})),
     ("existing with a secret kubeconfig", edit(EXISTING_BASE, "cluster.kubeconfig", {"secret": "kubeconfig"})),
 ]
 

@@ -75,7 +75,7 @@ class World:
         )
         agent = Agent(self.settings, deps)
         agent.node_policy = self.policy
-        agent._gpus = self.sim.list_gpus()  # what start() would learn, without thawing anything
+        agent.set_gpus(self.sim.list_gpus())  # what start() would learn, without thawing anything
         return agent
 
     def place(

@@ -61,7 +61,7 @@ class Harness:
     def stop_plugin(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(5)
+            self._thread.join(15)
             assert not self._thread.is_alive(), "plugin did not stop"
 
     @property

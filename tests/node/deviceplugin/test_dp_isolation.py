@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 
 import pytest
-from dp_harness import Harness
+from dp_harness import Harness, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,7 +76,7 @@ def test_every_container_sees_its_own_gpu_and_limits(node: Harness, workload: st
     for key in order(keys[::-1]):
         node.start(*key.split("|"))
     _check_sees_own(node, pods)
-    assert len(node.registry.all()) == len(steps)
+    assert wait_until(lambda: len(node.registry.all()) == len(steps)), "every started container is registered with the agent"
 
 
 @settings(max_examples=10, deadline=None)

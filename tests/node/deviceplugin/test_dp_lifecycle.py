@@ -64,7 +64,7 @@ def test_reconcile_forgets_containers_kubelet_no_longer_runs(node: Harness) -> N
     node.extender.create_and_bind("short", {"main": (20, 1024)})
     node.allocate("short")
     node.start("short")
-    assert [r.pod_name for r in node.registry.all()] == ["short"]
+    assert wait_until(lambda: [r.pod_name for r in node.registry.all()] == ["short"])
     node.kubelet.remove_pod("default", "short")
     assert wait_until(lambda: node.registry.all() == []), "stale registry record was not dropped"
 
@@ -100,3 +100,20 @@ def test_paused_for_mig_change_steps_aside_and_comes_back(node: Harness) -> None
     assert node.kubelet.wait_for(lambda: len(node.kubelet.registrations) > registrations and node.kubelet.connected(GPU_CORE), 3.0)
     assert node.backend.open_count == opened + 1
     assert wait_until(lambda: all(g["healthy"] for g in _node_gpus(node)))
+
+
+def test_tokens_reused_by_a_new_pod_are_never_attributed_to_the_old_one(node: Harness) -> None:
+    """PreStart remembers kubelet's last answer as a hint; a deleted pod's tokens handed to a new
+    pod must still resolve to the new pod (the hint is confirmed with kubelet before use)."""
+    old = node.extender.create_and_bind("old", {"main": (30, 4096)})
+    node.allocate("old")
+    node.start("old")
+    old_tokens = node.kubelet.view("default", "old", "main").devices  # type: ignore[union-attr]
+    node.kubelet.remove_pod("default", "old")
+    node.kube.delete_pod("default", "old")
+    node.extender.release(old)
+    node.extender.create_and_bind("new", {"main": (30, 8192)})
+    node.allocate("new")
+    view = node.start("new")
+    assert view.devices == old_tokens, "test setup: kubelet should hand the freed tokens to the new pod"
+    assert wait_until(lambda: [(r.pod_name, r.shares[0].memory_mib) for r in node.registry.all()] == [("new", 8192)])

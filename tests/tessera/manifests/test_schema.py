@@ -11,7 +11,7 @@ import yaml
 from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, SCHEDULER_NAME
 from tessera.manifests import scheduler
 
-from .conftest import BuiltStack
+from manifests_helpers import BuiltStack
 
 # Custom resources have no schema in kubernetes-validate; each skip names why it is still safe.
 SKIPPED_KINDS: Final = {

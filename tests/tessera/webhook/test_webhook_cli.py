@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from webhook_helpers import container, pod, review_body
 
 from tessera import contract
@@ -31,20 +32,22 @@ def test_missing_settings_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_alias_pool_that_is_not_shared_is_rejected(tmp_path: Path) -> None:
-    config = tmp_path / "webhook.json"
-    config.write_text(json.dumps({"sharedPools": ["a"], "qgpuAliasPools": ["b"]}))
-    result = _run("--config", str(config))
-    assert result.returncode == 2
-    assert "not shared pools" in result.stderr
+@pytest.mark.parametrize(
+    ("settings", "args", "message"),
+    [
+        ({"sharedPools": ["a"], "qgpuAliasPools": ["b"]}, [], "not shared pools"),
+        ({"sharedPools": ["a"]}, [], "--cert-file"),
+        ({"sharedPools": ["a"]}, ["--cert-file", "x"], "both --cert-file and --key-file"),
+    ],
+    ids=["alias-pool-not-shared", "no-tls-no-files", "cert-without-key"],
+)
+def test_settings_mistakes_exit_2_with_a_hint(tmp_path: Path, settings: dict[str, object], args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.cli.main import main
 
-
-def test_no_tls_section_and_no_files_tells_what_to_pass(tmp_path: Path) -> None:
     config = tmp_path / "webhook.json"
-    config.write_text(json.dumps({"sharedPools": ["a"]}))
-    result = _run("--config", str(config))
-    assert result.returncode == 2
-    assert "--cert-file" in result.stderr
+    config.write_text(json.dumps(settings))
+    assert main(["webhook", "serve", "--config", str(config), *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 def _free_port() -> int:

@@ -1,0 +1,52 @@
+"""The S8 Triton example: valid manifests that fit the prod stack's MIG pool and each other."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.config import MigPool, load_stack_file
+from components.config.mig import mig_resources, resolve_layout
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "triton"
+
+
+def _docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((EXAMPLE / name).read_text()) if d]
+
+
+@pytest.mark.parametrize("name", ["triton.yaml", "hpa.yaml"])
+def test_manifests_are_schema_valid(name: str) -> None:
+    for doc in _docs(name):
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+
+
+def _deployment() -> dict[str, Any]:
+    return next(d for d in _docs("triton.yaml") if d["kind"] == "Deployment")
+
+
+def test_deployment_targets_a_slice_the_prod_mig_pool_offers() -> None:
+    config = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    spec = _deployment()["spec"]["template"]["spec"]
+    pool = config.pool(spec["nodeSelector"]["tessera.dev/pool"])
+    assert isinstance(pool, MigPool)
+    counts = resolve_layout(pool.gpu_spec(), pool.mig.profile)
+    assert counts is not None
+    offered = set(mig_resources(pool.mig.strategy, counts))
+    asked = {k for k in spec["containers"][0]["resources"]["limits"] if k.startswith("nvidia.com/")}
+    assert asked and asked <= offered
+    assert {"key": "tessera.dev/gpu", "operator": "Equal", "value": "mig", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_hpa_scales_the_deployment_on_the_metric_the_adapter_exposes() -> None:
+    (hpa,) = _docs("hpa.yaml")
+    (values,) = _docs("prometheus-adapter-values.yaml")
+    exposed = {rule["name"]["as"] for rule in values["rules"]["custom"]}
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] in exposed
+    assert hpa["spec"]["scaleTargetRef"]["name"] == _deployment()["metadata"]["name"]
+    (monitor,) = _docs("podmonitor.yaml")
+    assert monitor["spec"]["selector"]["matchLabels"] == _deployment()["spec"]["selector"]["matchLabels"]

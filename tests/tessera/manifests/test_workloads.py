@@ -1,0 +1,76 @@
+"""Rendered workloads run real commands, on the right nodes only."""
+from __future__ import annotations
+
+import pytest
+from manifests_helpers import BuiltStack
+
+from components.tke import labels_taints
+from tessera.cli.main import build_parser
+from tessera.contract import LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, LABEL_POOL_KIND, TAINT_GPU
+from tessera.manifests import extender, node
+
+
+def _containers(stack: BuiltStack, kind: str, name: str) -> dict[str, dict[str, object]]:
+    spec = stack.find(kind, name)["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec["containers"]}
+
+
+def _shared(stack: BuiltStack) -> None:
+    if not stack.config.pools_of_kind("shared"):
+        pytest.skip("no shared pool in this stack")
+
+
+def test_tessera_commands_are_accepted_by_the_real_cli(stack: BuiltStack) -> None:
+    _shared(stack)
+    commands = [_containers(stack, "Deployment", extender.NAME)["extender"]["command"]]
+    commands += [c["command"] for c in _containers(stack, "DaemonSet", node.NAME).values()]
+    parser = build_parser()
+    for command in commands:
+        assert command[0] == "tessera"  # type: ignore[index]
+        args = parser.parse_args(command[1:])  # type: ignore[index]  # SystemExit on an unknown flag
+        assert callable(args.handler)
+
+
+def test_agent_serves_metrics_where_the_service_points(stack: BuiltStack) -> None:
+    _shared(stack)
+    agent = _containers(stack, "DaemonSet", node.NAME)["agent"]
+    port = stack.config.monitoring.metrics_port
+    assert agent["command"][-2:] == ["--metrics-port", str(port)]  # type: ignore[index]
+    service = stack.find("Service", f"{node.NAME}-metrics")
+    assert service["spec"]["ports"][0]["port"] == port and service["spec"]["clusterIP"] == "None"
+
+
+def test_tessera_node_daemonset_runs_only_on_shared_pools(stack: BuiltStack) -> None:
+    _shared(stack)
+    spec = stack.find("DaemonSet", node.NAME)["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {LABEL_POOL_KIND: "shared"}
+    assert "affinity" not in spec  # nothing widens the selector
+    assert spec["tolerations"] == [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_only_shared_pools_carry_the_tessera_selector_and_lose_nvidias_plugin(stack: BuiltStack) -> None:
+    for pool in stack.config.node_pools:
+        labels = labels_taints._build_pool_labels(pool)  # type: ignore[arg-type]
+        selected_by_tessera = labels.get(LABEL_POOL_KIND) == "shared"
+        nvidia_plugin_off = labels.get(LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY) == "false"
+        assert selected_by_tessera is (pool.kind == "shared"), pool.name
+        assert nvidia_plugin_off is (pool.kind == "shared"), pool.name
+
+
+def test_gpu_operator_device_plugin_is_not_forced_onto_nodes(stack: BuiltStack) -> None:
+    """gpu-operator schedules its device plugin by `nvidia.com/gpu.deploy.device-plugin`; values must
+    not override that with a selector or toleration that would reach shared nodes anyway."""
+    from tessera.manifests.stack import gpu_operator_release
+
+    release = gpu_operator_release(stack.config)
+    if release is None:
+        pytest.skip("no gpu-operator in this stack")
+    plugin = release.values.get("devicePlugin", {})
+    assert "nodeSelector" not in plugin and "affinity" not in plugin
+
+
+def test_control_plane_pods_stay_off_gpu_nodes(stack: BuiltStack) -> None:
+    _shared(stack)
+    for name in (extender.NAME, "tessera-scheduler"):
+        spec = stack.find("Deployment", name)["spec"]["template"]["spec"]
+        assert not any(t.get("key") == TAINT_GPU for t in spec.get("tolerations", [])), name
