@@ -6,7 +6,7 @@
 2. ListAndWatch message size on the wire for the gpu-core scheme (100 tokens per GPU), and the
    size a one-device-per-MiB memory scheme would need, against kubelet's 4 MiB gRPC limit.
 
-    python bench/device_plugin.py [--pods 250] [--json]
+    python bench/device_plugin.py [--pods 250] [--pace-ms 0] [--json]
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def per_mib_message_bytes(gpus: int, mib_per_gpu: int) -> int:
     return response.ByteSize()
 
 
-def run(pods: int, seed: int) -> dict[str, Any]:
+def run(pods: int, seed: int, pace_ms: float = 0.0) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="dpbench", dir="/tmp"))
     kube = FakeKubeApi()
     kube.create_node({"metadata": {"name": NODE, "labels": {LABEL_POOL_KIND: "shared", LABEL_SHARING_POLICY: "fixed-share"}}})
@@ -79,7 +79,8 @@ def run(pods: int, seed: int) -> dict[str, Any]:
             kubelet.allocate("default", name, "main", GPU_CORE)
         for name in rng.sample(names, len(names)):
             kubelet.start_container("default", name, "main", GPU_CORE)
-        backend.set_responsive(5, False)  # one health update: a second full message
+            time.sleep(pace_ms / 1000)
+        backend.inject_xid(5, 79)  # one health update: a second full message
         kubelet.wait_for(lambda: "Unhealthy" in kubelet.devices(GPU_CORE).values(), 10)
         sizes = list(kubelet.plugin(GPU_CORE).message_sizes)  # type: ignore[union-attr]
     finally:
@@ -94,6 +95,7 @@ def run(pods: int, seed: int) -> dict[str, Any]:
     return {
         "node": SPEC,
         "pods": pods,
+        "pace_ms": pace_ms,
         "allocate_ms": {"p50": statistics.median(ms["Allocate"]), "p99": _pct(ms["Allocate"], 0.99), "n": len(ms["Allocate"])},
         "prestart_ms": {"p50": statistics.median(ms["PreStartContainer"]), "p99": _pct(ms["PreStartContainer"], 0.99), "n": len(ms["PreStartContainer"])},
         "list_and_watch_bytes_max": max(sizes),
@@ -109,14 +111,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=250)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pace-ms", type=float, default=0.0, help="pause between container starts (default 0: back to back)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = run(args.pods, args.seed)
+    result = run(args.pods, args.seed, args.pace_ms)
     if args.json:
         print(json.dumps(result, indent=1))
         return
     a, p = result["allocate_ms"], result["prestart_ms"]
-    print(f"node {result['node']}, {result['pods']} pods bound, Allocate then PreStartContainer in shuffled order")
+    print(f"node {result['node']}, {result['pods']} pods bound, Allocate then PreStartContainer in shuffled order, {result['pace_ms']} ms between starts")
     print(f"Allocate            p50 {a['p50']:.2f} ms  p99 {a['p99']:.2f} ms  (n={a['n']}, target p99 <= 10 ms)")
     print(f"PreStartContainer   p50 {p['p50']:.2f} ms  p99 {p['p99']:.2f} ms  (n={p['n']}, target p99 <= 10 ms)")
     limit = result["kubelet_limit_bytes"]

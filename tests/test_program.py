@@ -15,6 +15,7 @@ import pulumi.runtime
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
+from pulumi.runtime.settings import get_root_resource
 from pulumi_program_mocks import (
     CLUSTER,
     ENDPOINT,
@@ -201,6 +202,13 @@ def test_a_sharing_policy_edit_changes_only_that_pools_label(key: str, value: st
     assert new["labels"][label] == value
 
 
+def test_resizing_a_pool_changes_only_its_bounds() -> None:
+    before = _cloud_inputs(declare(stack_config("dev")))
+    after = _cloud_inputs(declare(config_with("dev", lambda c: c["tessera:nodePools"][1].update(maxSize=6))))
+    changed = {name: {k for k in before[name] if before[name][k] != after[name].get(k)} for name in before if before[name] != after[name]}
+    assert changed == {(NODE_POOL, "tessera-cluster-t4-shared"): {"maxSize"}}
+
+
 # --- existing cluster --------------------------------------------------------------------------
 
 
@@ -286,10 +294,16 @@ def _run_main(config: dict[str, str]) -> tuple[RecordingMocks, list[str], BaseEx
     return mocks, errors, failure
 
 
-def test_program_reads_the_engine_config_and_declares_the_stack() -> None:
+def test_program_reads_the_engine_config_declares_the_stack_and_exports() -> None:
     mocks, errors, failure = _run_main(_engine_config("dev"))
     assert failure is None and errors == []
     assert len([r for r in mocks.resources if r.typ == NODE_POOL]) == len(stack_config("dev").node_pools) + 1
+    stack = get_root_resource()
+    assert stack is not None
+    outputs: dict[str, Any] = stack.outputs  # type: ignore[attr-defined]
+    assert set(outputs) == {"clusterId", "kubeconfig", "poolNames", "plan"}
+    assert outputs["poolNames"] == ["t4-exclusive", "t4-shared"]
+    assert outputs["plan"]["cluster"] == "tessera-dev"
 
 
 BAD_CONFIGS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [

@@ -64,6 +64,7 @@ class PoolPlan:
     name: str
     kind: str
     instance_type: str | None  # None on existing clusters
+    node_selector: dict[str, str]  # existing clusters: the labels that pick the pool's nodes
     gpu_model: str
     gpu_memory_mib: int
     gpus_per_node: int
@@ -82,6 +83,7 @@ class PoolPlan:
             "name": self.name,
             "kind": self.kind,
             "instanceType": self.instance_type,
+            "nodeSelector": dict(self.node_selector),
             "gpuModel": self.gpu_model,
             "gpuMemoryMiB": self.gpu_memory_mib,
             "gpusPerNode": self.gpus_per_node,
@@ -204,6 +206,7 @@ def plan_pool(pool: PoolBase, cfg: StackConfig) -> PoolPlan:
         name=pool.name,
         kind=pool.kind,
         instance_type=pool.instance_type,
+        node_selector=dict(pool.node_selector),
         gpu_model=model.name,
         gpu_memory_mib=model.memory_mib,
         gpus_per_node=gpus,

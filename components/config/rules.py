@@ -27,6 +27,7 @@ _RESOURCE_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]
 _PULUMI_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _REGION: Final = re.compile(r"^[a-z]{2}-[a-z]+(-[a-z]+)?$")
 _VERSION_TAG: Final = re.compile(r"^v?(\d+)\.(\d+)\.\d+")
+PRIVATE_BLOCKS: Final = tuple(ipaddress.IPv4Network(b) for b in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 # nodes a managed TKE cluster of each level may hold
 LEVEL_NODES: Final = {"L5": 5, "L20": 20, "L50": 50, "L100": 100, "L200": 200, "L500": 500, "L1000": 1000, "L3000": 3000, "L5000": 5000}
 
@@ -80,6 +81,12 @@ def _network_problems(cluster: ClusterConfig, region: str | None) -> list[Proble
             if net.overlaps(other):
                 out.append(Problem(at("cluster", "subnets", i, "cidr"), f"{subnet.cidr} overlaps cluster.subnets[{j}].cidr ({other})"))
         seen.append((i, net))
+    private = [("vpcCidr", cluster.vpc_cidr), ("podCidr", cluster.pod_cidr), ("serviceCidr", cluster.service_cidr)]
+    for key, cidr in private:
+        if cidr and not any(_net(cidr).subnet_of(block) for block in PRIVATE_BLOCKS):
+            out.append(Problem(at("cluster", key), f"{cidr} is not a private range; use one inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"))
+    if vpc is not None and not 12 <= vpc.prefixlen <= 28:
+        out.append(Problem(at("cluster", "vpcCidr"), f"a Tencent Cloud VPC's prefix length is 12 to 28, got /{vpc.prefixlen}"))
     pod, service = _net(cluster.pod_cidr), _net(cluster.service_cidr)
     if vpc is not None and pod.overlaps(vpc):
         out.append(Problem(at("cluster", "podCidr"), f"{pod} overlaps vpcCidr {vpc}; pods need their own range"))

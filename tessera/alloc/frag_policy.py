@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tessera.alloc.assign import Slot, assign, host_fit, slots_for
+from tessera.alloc.assign import Assignment, Slot, assign, host_fit, slots_for
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
 from tessera.alloc.policy import Evaluation, PlacementPolicy, gpu_rank_for
@@ -38,6 +38,7 @@ class _FragPolicyBase:
 
     def __init__(self, snapshot: MixSnapshot) -> None:
         self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
+        self._vectors: dict[str, tuple[int, tuple[list[int], list[GpuFree], list[bool], frozenset[str]]]] = {}
 
     @property
     def epoch(self) -> int:
@@ -48,36 +49,90 @@ class _FragPolicyBase:
         if snapshot.epoch != self._measure.epoch:
             self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
 
-    def _frag(self, node: NodeState, cpu: int, memory: int, gpus: Sequence[GpuFree]) -> float:
-        return self._measure.of(node_models(node), cpu, memory, gpus)
+    def _vector(self, node: NodeState) -> tuple[list[int], list[GpuFree], list[bool], frozenset[str]]:
+        """(GPU indices, free capacity, idle flags, models) of the node's healthy GPUs, cached by version."""
+        hit = self._vectors.get(node.name)
+        if hit is not None and hit[0] == node.version:
+            return hit[1]
+        healthy = [g for g in node.gpus if g.healthy]
+        value = ([g.index for g in healthy], [(g.free_milli, g.free_memory_mib) for g in healthy], [g.idle for g in healthy], node.models)
+        self._vectors[node.name] = (node.version, value)
+        return value
 
-    def _evaluate(self, node: NodeState, pod: PodRequest) -> tuple[float, tuple[tuple[int, ...], ...], list[Slot]] | FitFailure:
-        """(fragmentation increase, assignment, slots after) or why the pod does not fit."""
+    def _evaluate(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
+        """(fragmentation increase, assignment, idle GPUs left) or why the pod does not fit."""
         if (failure := host_fit(node, pod)) is not None:
             return failure
+        containers = pod.gpu_containers
+        simple = (
+            len(containers) <= 1
+            and pod.gpu_models is None
+            and pod.app_class != "offline"
+            and (self.faithful or node.gpu_placement is None)
+            and not any(g.offline_milli for g in node.gpus)
+        )
+        if simple:
+            return self._evaluate_simple(node, pod, containers[0] if containers else None)
+        return self._evaluate_general(node, pod)
+
+    def _evaluate_simple(self, node: NodeState, pod: PodRequest, c: ContainerRequest | None) -> tuple[float, Assignment, int] | FitFailure:
+        """One container, no model or co-location preference: candidates are the distinct free
+        values (GPUs in the same state are interchangeable; the lowest index wins)."""
+        indices, free, idle, models = self._vector(node)
+        of = self._measure.of
         cpu_after = node.free_cpu_milli - pod.cpu_milli
         mem_after = node.free_memory_mib - pod.memory_mib
-        measure = self._frag
+        before = of(models, node.free_cpu_milli, node.free_memory_mib, free)
+        idle_count = sum(idle)
+        if c is None:
+            return of(models, cpu_after, mem_after, free) - before, (), idle_count
+        if c.whole:
+            positions = [k for k, is_idle in enumerate(idle) if is_idle][: c.gpu_count]
+            if len(positions) < c.gpu_count:
+                return FitFailure.GPU
+            after = list(free)
+            for k in positions:
+                after[k] = (0, 0)
+            increase = of(models, cpu_after, mem_after, after) - before
+            return increase, (tuple(indices[k] for k in positions),), idle_count - c.gpu_count
+        need_mem = c.gpu_memory_mib or 0
+        best: tuple[float, int] | None = None
+        tried: set[GpuFree] = set()
+        for k, (f, m) in enumerate(free):
+            if f < c.gpu_milli or m < need_mem or (f, m) in tried:
+                continue
+            tried.add((f, m))
+            after = list(free)
+            after[k] = (f - c.gpu_milli, m - need_mem)
+            value = round(of(models, cpu_after, mem_after, after), 6)
+            if best is None or value < best[0]:
+                best = (value, k)
+        if best is None:
+            return FitFailure.GPU
+        k = best[1]
+        return best[0] - before, ((indices[k],),), idle_count - (1 if idle[k] else 0)
+
+    def _evaluate_general(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
+        cpu_after = node.free_cpu_milli - pod.cpu_milli
+        mem_after = node.free_memory_mib - pod.memory_mib
+        models = node.models
+        of = self._measure.of
 
         def frag_after(slots: Sequence[Slot], i: int, c: ContainerRequest) -> tuple[float, ...]:
             gpus = _free(slots)
             free, mem = gpus[i]
             take = MILLI_PER_GPU if c.whole else c.gpu_milli
             gpus[i] = (free - take, mem - (slots[i].memory_mib if c.whole else (c.gpu_memory_mib or 0)))
-            return (round(measure(node, cpu_after, mem_after, gpus), 6),)
+            return (round(of(models, cpu_after, mem_after, gpus), 6),)
 
         rank = frag_after if self.faithful else gpu_rank_for(node, frag_after)
         result = assign(node, pod, rank)
         if isinstance(result, FitFailure):
             return result
         choice, slots = result
-        before = measure(node, node.free_cpu_milli, node.free_memory_mib, _free(slots_for(node, pod)))
-        after = measure(node, cpu_after, mem_after, _free(slots))
-        return after - before, choice, slots
-
-
-def node_models(node: NodeState) -> frozenset[str]:
-    return node.models
+        before = of(models, node.free_cpu_milli, node.free_memory_mib, _free(slots_for(node, pod)))
+        after = of(models, cpu_after, mem_after, _free(slots))
+        return after - before, choice, sum(1 for s in slots if s.idle)
 
 
 class FgdPolicy(_FragPolicyBase):
@@ -106,9 +161,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         result = self._evaluate(node, pod)
         if isinstance(result, FitFailure):
             return result
-        increase, choice, slots = result
+        increase, choice, idle_after = result
         was_in_use = any(g.used_milli for g in node.gpus) or node.used_cpu_milli > 0
-        idle_after = sum(1 for s in slots if s.idle)
         # Exact increase first; then keep untouched nodes untouched; then the node left with the
         # fewest idle GPUs (its idle GPUs are the least useful for a multi-GPU pod elsewhere).
         return Evaluation((-round(increase, 6), 1.0 if was_in_use else 0.0, -float(idle_after)), choice)

@@ -73,9 +73,15 @@ class MixSettings:
     half_life_pods: float = 2000.0
     """Default 2000 arrivals: long enough to smooth bursts of one job's replicas, short enough to
     follow a day/night change of the mix within a few thousand pods."""
-    drift_threshold: float = 0.05
-    """Default 0.05 (L1 distance): a new snapshot only when the mix moved this much, because each
+    drift_threshold: float = 0.1
+    """Default 0.1 (L1 distance): a new snapshot only when the mix moved this much, because each
     new snapshot invalidates every cached node score."""
+    first_snapshot_after: int = 64
+    """Default 64 pods: until then the prior (whole single-GPU pods) is used; then snapshots are
+    considered after 64, 256, 1024, 4096 pods and every `max_interval` pods after that, because
+    the estimate's noise shrinks with the pods seen and a snapshot costs a rescoring of nodes."""
+    max_interval: int = 4096
+    """Default 4096 pods between snapshot checks once the estimate has settled."""
     min_weight: float = 0.002
     """Default 0.2 %: shapes rarer than this are dropped from snapshots (FGD keeps the popular
     shapes too); it bounds the cost of the fragmentation measure."""
@@ -95,8 +101,11 @@ class WorkloadMix:
     _weights: dict[ShapeKey, float] = field(default_factory=dict)
     _increment: float = 1.0
     _snapshot: MixSnapshot = DEFAULT_PRIOR
+    _seen: int = 0
+    _next_check: int = 0
 
     def __post_init__(self) -> None:
+        self._next_check = self.settings.first_snapshot_after
         if self.prior is not None:
             self._snapshot = self.prior
             for s in self.prior.shapes:
@@ -105,6 +114,7 @@ class WorkloadMix:
 
     def observe(self, pod: PodRequest) -> None:
         # Decay by growing the increment instead of shrinking every weight: O(1) per arrival.
+        self._seen += 1
         self._increment *= math.exp(math.log(2.0) / self.settings.half_life_pods)
         key = shape_of(pod)
         self._weights[key] = self._weights.get(key, 0.0) + self._increment
@@ -119,7 +129,10 @@ class WorkloadMix:
         return {k: w / total for k, w in self._weights.items()}
 
     def snapshot(self) -> MixSnapshot:
-        """The mix policies should use now; a new epoch only after drift beyond the threshold."""
+        """The mix policies should use now: a new epoch only at a check point and after drift."""
+        if self._seen < self._next_check:
+            return self._snapshot
+        self._next_check = self._seen + min(self.settings.max_interval, 3 * self._seen)
         now = {k: w for k, w in self.current().items() if w >= self.settings.min_weight}
         if not now:
             return self._snapshot

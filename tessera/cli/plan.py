@@ -16,7 +16,8 @@ def _range(r: Range) -> str:
 
 
 def _pool_lines(pool: PoolPlan) -> list[str]:
-    where = pool.instance_type or "existing nodes"
+    selector = ",".join(f"{k}={v}" for k, v in pool.node_selector.items())
+    where = pool.instance_type or f"existing nodes ({selector})"
     lines = [
         f"pool {pool.name} ({pool.kind}) on {where}: {pool.gpus_per_node} x {pool.gpu_model} ({pool.gpu_memory_mib} MiB) per node",
         f"  nodes min/desired/max: {_range(pool.nodes)}    GPUs: {_range(pool.gpus)}",

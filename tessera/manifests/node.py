@@ -50,6 +50,7 @@ DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
 RUN_DIR: Final = "/run/tessera"
 STATE_DIR: Final = "/var/lib/tessera"
+PLUGIN_SOCKET: Final = "tessera-gpu-core.sock"  # tessera_node.deviceplugin.plugin.DevicePluginSettings.endpoint
 CGROUP_DIR: Final = "/sys/fs/cgroup"
 SHARED_NODE_SELECTOR: Final = {LABEL_POOL_KIND: "shared"}
 
@@ -89,6 +90,15 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         ],
+        # Ready once its socket exists, i.e. it is registered with kubelet. No liveness probe: the
+        # plugin re-registers itself within a second of a kubelet restart, and its socket is gone
+        # on purpose while gpu-operator pauses device plugins for a MIG change.
+        "readinessProbe": {
+            "exec": {"command": ["test", "-S", f"{DEVICE_PLUGIN_DIR}/{PLUGIN_SOCKET}"]},
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
         "resources": resources("50m", "64Mi", "500m", "256Mi"),
         "securityContext": {
             # uid 0 only to own files in the root-owned kubelet directory; no capability, no escalation
@@ -143,6 +153,8 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
         "automountServiceAccountToken": True,  # both containers are API clients
         "priorityClassName": "system-node-critical",
         "hostPID": True,
+        # RuntimeDefault for the device plugin; the privileged agent runs unconfined regardless
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": dict(SHARED_NODE_SELECTOR),
         # every GPU pool is tainted tessera.dev/gpu=<kind>:NoSchedule; the selector already limits us to shared
         "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],

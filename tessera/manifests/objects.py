@@ -39,6 +39,7 @@ _KIND_ORDER: Final = (
     "CronJob",
     "Job",
     "PodDisruptionBudget",
+    "NetworkPolicy",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
     "ServiceMonitor",

@@ -20,6 +20,7 @@ from tessera.contract import (
     LABEL_NVIDIA_MIG_CONFIG,
     LABEL_POOL,
 )
+from tessera.manifests.kube_version import has_validating_admission_policy
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -189,7 +190,8 @@ def build_repartition_objects(config: StackConfig) -> list[KubeObject]:
         service_account(NAME, COMPONENT, config.namespace),
         *cluster_grant(NAME, COMPONENT, rules, NAME, config.namespace),
         config_map(NAME, COMPONENT, {PLAN_KEY: plan_document(plans)}, config.namespace),
-        *_admission_policy(config, plans),
+        # Kubernetes < 1.30 has no GA ValidatingAdmissionPolicy: there the ClusterRole is the only limit.
+        *(_admission_policy(config, plans) if has_validating_admission_policy(config) else []),
     ]
     for plan in plans:
         for layout in plan.layouts:

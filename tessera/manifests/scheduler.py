@@ -67,6 +67,8 @@ def scheduler_configuration(settings: PlatformSettings) -> dict[str, Any]:
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
+        # no pprof endpoints on a component that holds cluster-wide read access
+        "enableProfiling": False,
         "leaderElection": {
             "leaderElect": True,
             "resourceLock": "leases",

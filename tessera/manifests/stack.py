@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from tessera.manifests import extender, node, nvidia, platform, repartition, scheduler, webhook
+from tessera.manifests import extender, network, node, nvidia, platform, repartition, scheduler, webhook
 from tessera.manifests.objects import KubeObject, sorted_objects
 from tessera.manifests.settings import PlatformSettings, platform_settings
 
@@ -43,11 +43,12 @@ class HelmRelease:
 
 
 def _sharing_components(settings: PlatformSettings) -> dict[str, list[KubeObject]]:
+    policies = network.build_network_policies(settings)
     return {
         "platform": platform.build_platform_objects(settings),
-        "extender": extender.build_extender_objects(settings),
-        "scheduler": scheduler.build_scheduler_objects(settings),
-        "node": node.build_node_objects(settings),
+        "extender": extender.build_extender_objects(settings) + policies.get(extender.COMPONENT, []),
+        "scheduler": scheduler.build_scheduler_objects(settings) + policies.get(scheduler.COMPONENT, []),
+        "node": node.build_node_objects(settings) + policies.get(node.COMPONENT, []),
         "monitoring": platform.build_monitoring_objects(settings),
     }
 

@@ -25,6 +25,7 @@ from typing import Any, Final
 from components.config.pools import SharedPool
 from components.config.stack import StackConfig
 from tessera.contract import LABEL_NAMESPACE_QGPU_ALIASES, QGPU_CORE, QGPU_MEMORY
+from tessera.manifests.kube_version import has_match_conditions
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -91,21 +92,26 @@ def _namespace_selector(config: StackConfig, qgpu_namespace: bool) -> dict[str, 
 
 
 def _hook(config: StackConfig, name: str, path: str, qgpu_namespace: bool, with_qgpu: bool) -> dict[str, Any]:
-    return {
+    scoped = has_match_conditions(config)
+    hook: dict[str, Any] = {
         "name": name,
         "admissionReviewVersions": ["v1"],
         "clientConfig": {"service": {"namespace": config.namespace, "name": NAME, "path": path, "port": 443}},
         "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
-        "failurePolicy": config.webhook.failure_policy,
+        # Without matchConditions (Kubernetes < 1.28) the webhook would see every pod; failing
+        # closed there would let a webhook outage block all pod creation, so it fails open.
+        "failurePolicy": config.webhook.failure_policy if scoped else "Ignore",
         "matchPolicy": "Equivalent",
         "namespaceSelector": _namespace_selector(config, qgpu_namespace),
         "objectSelector": {},
-        "matchConditions": [{"name": "asks-for-tessera-resources", "expression": match_expression(with_qgpu)}],
         "sideEffects": "None",
         "timeoutSeconds": config.webhook.timeout_seconds,
         # our patch is idempotent, but nothing we set depends on what later webhooks add
         "reinvocationPolicy": "Never",
     }
+    if scoped:
+        hook["matchConditions"] = [{"name": "asks-for-tessera-resources", "expression": match_expression(with_qgpu)}]
+    return hook
 
 
 def mutating_webhook_configuration(config: StackConfig, settings: WebhookSettings) -> KubeObject:

@@ -41,7 +41,7 @@ def tessera(*args: str) -> subprocess.CompletedProcess[str]:
                 "totals (min/desired/max): nodes 4/4/17, GPUs 8/8/32",
             ],
         ),
-        ("local", ["pool local-shared (shared) on existing nodes: 1 x T4 (16384 MiB) per node", "totals (min/desired/max): nodes 1/1/1, GPUs 1/1/1"]),
+        ("local", ["pool local-shared (shared) on existing nodes (tessera.dev/pool=local-shared): 1 x T4 (16384 MiB) per node", "totals (min/desired/max): nodes 1/1/1, GPUs 1/1/1"]),
     ],
 )
 def test_plan_figures(stack: str, lines: list[str]) -> None:

@@ -27,8 +27,12 @@ def stack(*pools: dict[str, Any], **top: Any) -> StackConfig:
 
 def validate_all(objects: list[KubeObject]) -> None:
     """Every object is valid against the Kubernetes 1.30 OpenAPI schema (strict: no unknown fields)."""
+    validate_all_for(objects, "1.30.0")
+
+
+def validate_all_for(objects: list[KubeObject], version: str) -> None:
     for o in objects:
-        kubernetes_validate.validate(o, "1.30.0", strict=True)
+        kubernetes_validate.validate(o, version, strict=True)
 
 
 def find(objects: list[KubeObject], kind: str, name: str) -> KubeObject:

@@ -5,7 +5,7 @@ from typing import Any
 
 import celpy
 import pytest
-from nvidia_stack_helpers import find, pool, stack, validate_all
+from nvidia_stack_helpers import find, pool, stack, validate_all, validate_all_for
 
 from tessera import contract
 from tessera.cli.main import build_parser
@@ -121,3 +121,11 @@ def test_long_pool_names_give_valid_cronjob_names() -> None:
 
 def test_no_schedule_no_objects() -> None:
     assert build_repartition_objects(stack(pool("plain", "nvidia"), pool("frac", "shared"))) == []
+
+
+@pytest.mark.parametrize(("version", "policy"), [("1.29.0", False), ("1.30.0", True)])
+def test_admission_policy_only_where_it_is_ga(version: str, policy: bool) -> None:
+    config = stack(SHARED, cluster={"provider": "existing", "name": "t", "kubernetesVersion": version, "kubeconfig": {"path": "~/.kube/config"}})
+    objects = build_repartition_objects(config)
+    validate_all_for(objects, version)
+    assert any(o["kind"] == "ValidatingAdmissionPolicy" for o in objects) is policy

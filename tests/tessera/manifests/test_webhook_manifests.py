@@ -6,7 +6,7 @@ from typing import Any
 
 import celpy
 import pytest
-from nvidia_stack_helpers import find, pool, stack, validate_all
+from nvidia_stack_helpers import find, pool, stack, validate_all, validate_all_for
 
 from components.config import StackConfig
 from tessera import contract
@@ -122,3 +122,13 @@ def test_isolation_policy_edit_does_not_touch_the_webhook() -> None:
 def test_pdb_keeps_one_replica() -> None:
     pdb = find(build_webhook_objects(_config()), "PodDisruptionBudget", NAME)["spec"]
     assert pdb["minAvailable"] == 1
+
+
+@pytest.mark.parametrize(("version", "scoped"), [("1.27.0", False), ("1.28.0", True), ("1.30.0", True)])
+def test_older_clusters_without_match_conditions_fail_open(version: str, scoped: bool) -> None:
+    config = stack(pool("frac", "shared"), cluster={"provider": "existing", "name": "t", "kubernetesVersion": version, "kubeconfig": {"path": "~/.kube/config"}})
+    objects = build_webhook_objects(config)
+    validate_all_for(objects, version)
+    for hook in _hooks(config).values():
+        assert ("matchConditions" in hook) is scoped
+        assert hook["failurePolicy"] == ("Fail" if scoped else "Ignore")
