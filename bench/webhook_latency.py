@@ -50,11 +50,13 @@ def main() -> None:
     settings = WebhookSettings(shared_pools=frozenset({"a"}), qgpu_alias_pools=frozenset({"a"}))
     started: list[WebhookHttpServer] = []
     ready = threading.Event()
+
+    def on_ready(server: WebhookHttpServer) -> None:
+        started.append(server)
+        ready.set()
+
     threading.Thread(
-        target=serve,
-        args=(ServerSettings(host="127.0.0.1", port=0), settings, bundle),
-        kwargs={"ready": lambda s: (started.append(s), ready.set())},
-        daemon=True,
+        target=serve, args=(ServerSettings(host="127.0.0.1", port=0), settings, bundle), kwargs={"ready": on_ready}, daemon=True
     ).start()
     ready.wait(10)
     port = started[0].server_address[1]

@@ -92,7 +92,7 @@ class TimeSlicingConfig(ConfigModel):
 class PoolBase(ConfigModel):
     """Fields every pool kind has."""
 
-    name: DnsLabel = Field(description="Pool name, unique in the stack; nodes get the label tessera.dev/pool=<name>.")
+    name: DnsLabel = Field(max_length=25, description="Pool name, unique in the stack, at most 25 characters (TKE's node pool name limit; keeps derived label values under 63); nodes get the label tessera.dev/pool=<name>.")
     kind: PoolKind = Field(description="nvidia | shared | mig | timeslice (see the pool kinds table).")
     instance_type: str | None = Field(default=None, description="TKE instance type, e.g. GN7.2XLARGE32. Required on provider tke; not allowed on provider existing.")
     custom_instance_type: bool = Field(default=False, description="Allow an instance type the catalog does not know; then gpuModel and gpuCount are required.")

@@ -71,8 +71,13 @@ def _network_problems(cluster: ClusterConfig, region: str | None) -> list[Proble
     out: list[Problem] = []
     vpc = _net(cluster.vpc_cidr) if cluster.vpc_cidr else None
     seen: list[tuple[int, ipaddress.IPv4Network]] = []
+    zones: dict[str, int] = {}
     for i, subnet in enumerate(cluster.subnets):
         net = _net(subnet.cidr)
+        if subnet.zone in zones:
+            # subnets are declared (and named) per zone, so a second subnet in one zone would clash
+            out.append(Problem(at("cluster", "subnets", i, "zone"), f"{subnet.zone!r} already has a subnet (cluster.subnets[{zones[subnet.zone]}]); use one subnet per zone"))
+        zones.setdefault(subnet.zone, i)
         if region and not subnet.zone.startswith(region + "-"):
             out.append(Problem(at("cluster", "subnets", i, "zone"), f"{subnet.zone!r} is not a zone of region {region} (e.g. {region}-3)"))
         if vpc is not None and not net.subnet_of(vpc):

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ def register(sub: Any) -> None:
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
     serve.add_argument("--cert-file", type=Path, help="serve this PEM certificate instead of generating one in the cluster")
     serve.add_argument("--key-file", type=Path, help="private key for --cert-file")
+    serve.add_argument("--drain-seconds", type=float, default=5.0, help="after SIGTERM, keep serving (not ready) this long (default 5)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(handler=_serve)
 
@@ -37,7 +40,9 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    settings = ServerSettings(host=args.host, port=args.port)
+    settings = ServerSettings(host=args.host, port=args.port, drain_s=args.drain_seconds)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if (args.cert_file is None) != (args.key_file is None):
         print("error: give both --cert-file and --key-file, or neither", file=sys.stderr)
         return 2
@@ -47,7 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"error: cannot read certificate files: {exc.strerror}", file=sys.stderr)
             return 2
-        serve(settings, webhook, bundle)
+        serve(settings, webhook, bundle, stop=stop)
         return 0
     if webhook.tls is None:
         print("error: the settings file has no `tls` section; add it or pass --cert-file/--key-file", file=sys.stderr)
@@ -72,5 +77,5 @@ def _serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # kubernetes.config.ConfigException: not running in a pod
         print(f"error: cannot reach the Kubernetes API ({exc}); run in a pod or pass --cert-file/--key-file", file=sys.stderr)
         return 1
-    serve(settings, webhook, bundle, renew=renew)
+    serve(settings, webhook, bundle, renew=renew, stop=stop)
     return 0

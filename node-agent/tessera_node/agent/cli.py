@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cgroup-root", type=Path, default=DEFAULTS.cgroup_root, help=f"cgroup mount (default {DEFAULTS.cgroup_root})")
     parser.add_argument("--proc-root", type=Path, default=DEFAULTS.proc_root, help=f"host /proc (default {DEFAULTS.proc_root})")
     parser.add_argument("--metrics-host", default=DEFAULTS.metrics_host, help=f"metrics listen address (default {DEFAULTS.metrics_host})")
-    parser.add_argument("--metrics-port", type=int, default=DEFAULTS.metrics_port, help=f"metrics port, 0 = any free port (default {DEFAULTS.metrics_port})")
+    parser.add_argument("--metrics-port", type=_port, default=DEFAULTS.metrics_port, help=f"metrics port, 0 = any free port (default {DEFAULTS.metrics_port})")
     parser.add_argument("--poll-interval", type=float, default=DEFAULTS.poll_interval_s, help=f"seconds between GPU samples (default {DEFAULTS.poll_interval_s})")
     parser.add_argument("--lease-ttl", type=float, default=DEFAULTS.lease_ttl_s, help=f"freeze lease lifetime in seconds (default {DEFAULTS.lease_ttl_s})")
     parser.add_argument("--lease-guard", action="store_true", help="run only the lease guard: thaw cgroups whose freeze lease expired")
@@ -49,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pools-file", type=Path, default=os.environ.get(ENV_POOLS_FILE), help=f"pool settings JSON (default ${ENV_POOLS_FILE})")
     parser.add_argument("--no-mps", action="store_true", help="do not run MPS daemons (fixed-share limits then rely on nothing)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use 0..65535 (0 picks a free one)")
+    return port
 
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:

@@ -73,6 +73,8 @@ BAD: list[tuple[dict[str, Any], str, Any, str, str]] = [
     (TKE_BASE, "cluster.subnets", [{"zone": "ap-guangzhou-3", "cidr": "10.0.1.0/24"}, {"zone": "ap-guangzhou-4", "cidr": "10.0.1.128/25"}], "cluster.subnets[1].cidr", "overlaps cluster.subnets[0].cidr (10.0.1.0/24)"),
     (TKE_BASE, "cluster.subnets[0].zone", "ap-shanghai-2", "cluster.subnets[0].zone", "is not a zone of region ap-guangzhou"),
     (TKE_BASE, "cluster.subnets", [], "cluster.subnets", "needs at least one subnet"),
+    (TKE_BASE, "cluster.subnets", [{"zone": "ap-guangzhou-3", "cidr": "10.0.1.0/24"}, {"zone": "ap-guangzhou-3", "cidr": "10.0.2.0/24"}], "cluster.subnets[1].zone", "already has a subnet (cluster.subnets[0])"),
+    (TKE_BASE, "nodePools[0].name", "a-pool-name-of-26-letters1", "nodePools[0].name", "at most 25 characters"),
     (TKE_BASE, "cluster.podCidr", "10.0.0.0/14", "cluster.podCidr", "overlaps vpcCidr 10.0.0.0/16"),
     (TKE_BASE, "cluster.serviceCidr", "172.16.0.0/20", "cluster.serviceCidr", "overlaps podCidr 172.16.0.0/16"),
     (TKE_BASE, "cluster.endpoint.allowedCidrs", [], "cluster.endpoint.allowedCidrs", "is required when public is true"),

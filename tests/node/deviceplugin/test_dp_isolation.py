@@ -53,10 +53,14 @@ ORDERS: dict[str, Order] = {
 }
 
 # name -> per pod container asks (core %, memory MiB)
-WORKLOADS = {
+Ask = dict[str, tuple[int, int | None]]
+WITH_SIDECAR: Ask = {"main": (30, 4096), "sidecar": (10, 1024)}
+NO_MEMORY: Ask = {"main": (50, None)}
+MULTI: list[Ask] = [WITH_SIDECAR] * 3 + [NO_MEMORY] * 2
+WORKLOADS: dict[str, list[Ask]] = {
     "identical": [{"main": (25, 4096)}] * 8,
     "different": [{"main": (c, m)} for c, m in [(10, 1024), (40, 8192), (25, 2048), (60, 16384), (5, 512), (30, 6000), (100, None), (15, 3000)]],
-    "multi-container": [{"main": (30, 4096), "sidecar": (10, 1024)}] * 3 + [{"main": (50, None)}] * 2,
+    "multi-container": MULTI,
 }
 
 

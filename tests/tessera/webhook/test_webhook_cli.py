@@ -65,7 +65,8 @@ def test_serves_admission_reviews_with_given_certificate(tmp_path: Path) -> None
     config.write_text("sharedPools: [a]\nqgpuAliasPools: [a]\n")
     port = _free_port()
     proc = subprocess.Popen(
-        [*CLI, "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key")],
+        [*CLI, "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--drain-seconds", "0.5"]
+        + ["--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -88,6 +89,9 @@ def test_serves_admission_reviews_with_given_certificate(tmp_path: Path) -> None
         response = json.loads(conn.getresponse().read())["response"]
         patch = json.loads(base64.b64decode(response["patch"]))
         assert {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {contract.GPU_CORE: "25", contract.GPU_MEMORY: "3072"}} in patch
+        proc.terminate()  # SIGTERM: drain, then exit cleanly
+        assert proc.wait(20) == 0
     finally:
-        proc.terminate()
-        proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
