@@ -155,13 +155,16 @@ def main() -> int:
               f"p99 {1000 * pct(latencies, 0.99):.2f} ms, max {1000 * max(latencies):.2f} ms "
               f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms)")
 
-        # 3. bind throughput: decide first, then bind concurrently
+        # 3. bind throughput: filter first, then bind concurrently. Each pod goes to a different
+        # feasible node (round robin) so the figure is binds completed, not capacity races lost.
         decided: list[tuple[dict[str, Any], str]] = []
-        while len(decided) < args.binds:
+        attempts = 0
+        while len(decided) < args.binds and attempts < 20 * args.binds:
+            attempts += 1
             pod, _ = next_pod()
-            node = cycle(conn, pod, names)
-            if node is not None:
-                decided.append((pod, node))
+            feasible = conn.post("filter", {"Pod": pod, "NodeNames": names})["NodeNames"] or []
+            if feasible:
+                decided.append((pod, feasible[len(decided) % len(feasible)]))
         errors: list[str] = []
         lock = threading.Lock()
         work = list(decided)
@@ -192,7 +195,8 @@ def main() -> int:
         for line in metrics.splitlines():
             if line.startswith(wanted):
                 print("  " + line)
-        print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}")
+        print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+              f"load average {os.getloadavg()[0]:.1f} at the end")
     finally:
         proc.terminate()
         proc.wait(30)

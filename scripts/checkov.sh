@@ -3,7 +3,8 @@
 # Dockerfile, with checkov. Creates .venv-checkov from requirements-checkov.txt on first use
 # (checkov's dependency pins conflict with the main environment, so it gets its own venv).
 #
-#   scripts/checkov.sh            # exit 0: no failed check beyond the documented skip list
+#   scripts/checkov.sh    # 0: no failed check beyond the documented skip list; 1: failed checks;
+#                         # 3: checkov could not be installed
 #
 # The skip list and the reason for each entry are in docs/deployment.md ("checkov"); keep both in
 # step. CKV_K8S_43 (image by digest) is skipped only for stacks that do not set
@@ -39,10 +40,15 @@ readonly SKIP_DOCKERFILE=(
 
 join() { local IFS=,; echo "$*"; }
 
+readonly EXIT_NO_CHECKOV=3  # the venv could not be created (no python3.11, no package index)
 if [[ ! -x "$VENV/bin/checkov" ]]; then
-  echo "creating $VENV (first run only)" >&2
-  "${PYTHON:-python3.11}" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements-checkov.txt"
+  echo "creating $VENV (first run only, a few minutes)" >&2
+  if ! { "${PYTHON:-python3.11}" -m venv "$VENV" \
+         && "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements-checkov.txt"; }; then
+    echo "error: cannot install checkov into $VENV; check network access to the package index" >&2
+    rm -rf "$VENV"
+    exit "$EXIT_NO_CHECKOV"
+  fi
 fi
 
 work="$(mktemp -d)"

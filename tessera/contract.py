@@ -198,3 +198,6 @@ def mps_pipe_directory(gpu_uuid: str) -> str:
 def mps_log_directory(gpu_uuid: str) -> str:
     """CUDA_MPS_LOG_DIRECTORY of containers on the GPU `gpu_uuid`."""
     return f"{MPS_ROOT}/{gpu_uuid}/log"
+# Priority of Tessera's own pods (scheduler, extender, node DaemonSet, webhook): the highest value a
+# user PriorityClass may have. Not system-*-critical: some clusters (GKE) admit those only in kube-system.
+PRIORITY_CLASS_CRITICAL: Final = "tessera-critical"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import ConfigError, load_stack_file
-from tessera.manifests.render import GPU_OPERATOR_DIR, OWNED_FILE, render_files
+from tessera.manifests.render import GPU_OPERATOR_DIR, NODES_DIR, OWNED_FILE, render_files
 
 EXIT_INVALID = 2
 EXIT_IO = 1
@@ -23,7 +23,8 @@ def register(sub: Any) -> None:
         help="write the stack's Kubernetes objects as YAML (one file per component)",
         description=(
             "Render every in-cluster object of a stack into DIR: NN-<component>.yaml in apply order "
-            "(kubectl apply -f DIR) and gpu-operator/ with the Helm values and release. Output is "
+            "(kubectl apply -f DIR), gpu-operator/ with the Helm values and release, and on existing "
+            "clusters nodes/label-nodes.sh with the pools' node labels and taints. Output is "
             "identical on every run; files render wrote before and no longer needs are removed."
         ),
     )
@@ -34,9 +35,9 @@ def register(sub: Any) -> None:
 
 def _stale(out_dir: Path, keep: set[str]) -> list[Path]:
     stale = [p for p in out_dir.iterdir() if p.is_file() and OWNED_FILE.match(p.name) and p.name not in keep]
-    operator_dir = out_dir / GPU_OPERATOR_DIR
-    if operator_dir.is_dir():
-        stale += [p for p in operator_dir.iterdir() if p.is_file() and f"{GPU_OPERATOR_DIR}/{p.name}" not in keep and p.suffix == ".yaml"]
+    for sub, suffix in ((GPU_OPERATOR_DIR, ".yaml"), (NODES_DIR, ".sh")):
+        if (out_dir / sub).is_dir():
+            stale += [p for p in (out_dir / sub).iterdir() if p.is_file() and p.suffix == suffix and f"{sub}/{p.name}" not in keep]
     return sorted(stale)
 
 
@@ -48,6 +49,8 @@ def write_files(out_dir: Path, files: dict[str, str]) -> None:
         target = out_dir / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
+        if target.suffix == ".sh":
+            target.chmod(0o755)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from tessera.webhook.server import ServerSettings, bootstrap_certificate, serve
+    from tessera.webhook.server import CertificateState, ServerSettings, bootstrap_certificate, serve
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -62,20 +62,20 @@ def _serve(args: argparse.Namespace) -> int:
 
         api = KubernetesTlsApi.in_cluster()
 
-        def renew() -> CertBundle:
+        def renew() -> CertificateState:
             return bootstrap_certificate(api, webhook, dt.datetime.now(dt.timezone.utc))
 
-        bundle = renew()
+        state = renew()
     except KubeApiError as exc:
         print(
             f"error: certificate bootstrap failed: {exc}; check that Secret {webhook.tls.namespace}/"
-            f"{webhook.tls.secret_name} and MutatingWebhookConfiguration {webhook.tls.webhook_configuration_name} "
-            "exist and the webhook's Role/ClusterRole grants get/update/patch on them",
+            f"{webhook.tls.secret_name} exists (the manifests create it empty) and that the webhook's Role and "
+            f"ClusterRole grant get/patch on it and on MutatingWebhookConfiguration {webhook.tls.webhook_configuration_name}",
             file=sys.stderr,
         )
         return 1
     except Exception as exc:  # kubernetes.config.ConfigException: not running in a pod
         print(f"error: cannot reach the Kubernetes API ({exc}); run in a pod or pass --cert-file/--key-file", file=sys.stderr)
         return 1
-    serve(settings, webhook, bundle, renew=renew, stop=stop)
+    serve(settings, webhook, state.bundle, renew=renew, ca_trusted=state.ca_trusted, stop=stop)
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE
+from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -29,6 +29,8 @@ from tessera.manifests.objects import (
     restricted_security_context,
     selector_labels,
     service_account,
+    tmp_mount,
+    tmp_volume,
 )
 from tessera.manifests.pools import pools_env, pools_mount, pools_volume
 from tessera.manifests.rbac import cluster_grant
@@ -88,17 +90,17 @@ def _deployment(settings: PlatformSettings) -> KubeObject:
         "readinessProbe": http_probe("/healthz", "http", period_seconds=5),
         "resources": resources("200m", "256Mi", "2", "2Gi"),
         "securityContext": restricted_security_context(),
-        "volumeMounts": [pools_mount()],
+        "volumeMounts": [pools_mount(), tmp_mount()],
     }
     pod_spec = {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": True,  # it is an API client
-        "priorityClassName": "system-cluster-critical",
+        "priorityClassName": PRIORITY_CLASS_CRITICAL,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": 30,
-        "imagePullSecrets": settings.image_pull_secrets(),
+        **settings.pull_secrets_spec(),
         "containers": [container],
-        "volumes": [pools_volume()],
+        "volumes": [pools_volume(), tmp_volume()],
     }
     labels = component_labels(COMPONENT, NAME)
     return obj(

@@ -10,6 +10,7 @@ allow.
 | extender | 8888 (filter/prioritize/bind, /metrics) | tessera-scheduler pods; Prometheus |
 | tessera-scheduler | 10259 (/metrics, HTTPS + token review) | Prometheus |
 | tessera-node | agent metrics port | Prometheus |
+| tessera-webhook | 8443 (admission, HTTPS) | anywhere: the API server's address is not portable; the policy still closes every other port |
 
 "Prometheus" is any pod labelled `app.kubernetes.io/name: prometheus` in any namespace (the label
 prometheus-operator and kube-prometheus-stack put on Prometheus pods). Clusters that scrape from
@@ -17,14 +18,16 @@ elsewhere label their scraper the same way or set `monitoring.enabled: false`.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Final
 
 from tessera.contract import EXTENDER_PORT
-from tessera.manifests import extender, node, scheduler
+from tessera.manifests import extender, node, scheduler, webhook
 from tessera.manifests.objects import KubeObject, metadata, obj, selector_labels
 from tessera.manifests.settings import PlatformSettings
+from tessera.webhook.settings import DEFAULT_PORT as WEBHOOK_PORT
 
-PROMETHEUS_POD_LABELS: Final = {"app.kubernetes.io/name": "prometheus"}
+PROMETHEUS_POD_LABELS: Final = MappingProxyType({"app.kubernetes.io/name": "prometheus"})
 
 
 def _prometheus_peer() -> dict[str, Any]:
@@ -62,3 +65,9 @@ def build_network_policies(settings: PlatformSettings) -> dict[str, list[KubeObj
         scheduler.COMPONENT: [_policy(scheduler.NAME, scheduler.COMPONENT, settings, scheduler_rules)],
         node.COMPONENT: [_policy(node.NAME, node.COMPONENT, settings, node_rules)],
     }
+
+
+def webhook_network_policy(settings: PlatformSettings) -> KubeObject:
+    """Admission calls come from the API server, on the webhook port only."""
+    rule = {"ports": [{"port": WEBHOOK_PORT, "protocol": "TCP"}]}
+    return _policy(webhook.NAME, webhook.COMPONENT, settings, [rule])

@@ -25,9 +25,10 @@ NVML through the NVIDIA container runtime (`NVIDIA_VISIBLE_DEVICES=all`, utility
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Final
 
-from tessera.contract import LABEL_POOL_KIND, TAINT_GPU
+from tessera.contract import LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -39,6 +40,8 @@ from tessera.manifests.objects import (
     resources,
     selector_labels,
     service_account,
+    tmp_mount,
+    tmp_volume,
 )
 from tessera.manifests.pools import pools_env, pools_mount, pools_volume
 from tessera.manifests.rbac import cluster_grant
@@ -52,7 +55,7 @@ RUN_DIR: Final = "/run/tessera"
 STATE_DIR: Final = "/var/lib/tessera"
 PLUGIN_SOCKET: Final = "tessera-gpu-core.sock"  # tessera_node.deviceplugin.plugin.DevicePluginSettings.endpoint
 CGROUP_DIR: Final = "/sys/fs/cgroup"
-SHARED_NODE_SELECTOR: Final = {LABEL_POOL_KIND: "shared"}
+SHARED_NODE_SELECTOR: Final = MappingProxyType({LABEL_POOL_KIND: "shared"})
 
 
 def node_rules() -> list[dict[str, Any]]:
@@ -115,6 +118,7 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
             {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
             {"name": "state", "mountPath": STATE_DIR},
             pools_mount(),
+            tmp_mount(),
         ],
     }
 
@@ -143,6 +147,7 @@ def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
             {"name": "state", "mountPath": STATE_DIR},
             {"name": "run-tessera", "mountPath": RUN_DIR},
             pools_mount(),
+            tmp_mount(),
         ],
     }
 
@@ -151,7 +156,7 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
     pod_spec = {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": True,  # both containers are API clients
-        "priorityClassName": "system-node-critical",
+        "priorityClassName": PRIORITY_CLASS_CRITICAL,
         "hostPID": True,
         # RuntimeDefault for the device plugin; the privileged agent runs unconfined regardless
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -159,7 +164,7 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
         # every GPU pool is tainted tessera.dev/gpu=<kind>:NoSchedule; the selector already limits us to shared
         "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 30,  # the agent thaws frozen containers on SIGTERM
-        "imagePullSecrets": settings.image_pull_secrets(),
+        **settings.pull_secrets_spec(),
         "containers": [_device_plugin_container(settings), _agent_container(settings)],
         "volumes": [
             _host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
@@ -168,6 +173,7 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
             _host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
             _host_path("cgroup", CGROUP_DIR, "Directory"),
             pools_volume(),
+            tmp_volume(),
         ],
     }
     labels = component_labels(COMPONENT, NAME)

@@ -47,6 +47,15 @@ _KIND_ORDER: Final = (
 )
 
 
+def tmp_volume() -> dict[str, Any]:
+    """A small writable /tmp for containers with a read-only root filesystem (tempfile, grpc)."""
+    return {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}
+
+
+def tmp_mount() -> dict[str, Any]:
+    return {"name": "tmp", "mountPath": "/tmp"}
+
+
 def component_labels(component: str, name: str | None = None) -> dict[str, str]:
     """The recommended app.kubernetes.io labels for one Tessera component."""
     return {

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Final
 
 from tessera.contract import (
+    PRIORITY_CLASS_CRITICAL,
     PRIORITY_CLASS_OFFLINE,
     PRIORITY_CLASS_ONLINE,
 )
@@ -19,6 +20,7 @@ from tessera.manifests.settings import NamespaceQuota, PlatformSettings
 COMPONENT: Final = "platform"
 # Online work preempts offline work and ordinary pods; offline work never preempts anything
 # (it runs in the gaps) and sits above default-priority pods only so they do not evict it.
+CRITICAL_PRIORITY: Final = 1_000_000_000  # the highest user-definable value
 ONLINE_PRIORITY: Final = 100000
 OFFLINE_PRIORITY: Final = 1000
 QUOTA_NAME: Final = "tessera-gpu"
@@ -51,6 +53,12 @@ def _priority_class(name: str, value: int, preemption: str, description: str) ->
 def priority_classes() -> list[KubeObject]:
     return [
         _priority_class(
+            PRIORITY_CLASS_CRITICAL,
+            CRITICAL_PRIORITY,
+            "PreemptLowerPriority",
+            "Tessera's own pods: without them no GPU share is scheduled, isolated or measured.",
+        ),
+        _priority_class(
             PRIORITY_CLASS_ONLINE,
             ONLINE_PRIORITY,
             "PreemptLowerPriority",
@@ -75,9 +83,8 @@ def build_platform_objects(settings: PlatformSettings) -> list[KubeObject]:
 
     Quota namespaces are the teams' own and must exist already (Tessera does not own them).
     """
-    out: list[KubeObject] = [_namespace(settings.namespace, "privileged")]
+    out: list[KubeObject] = [_namespace(settings.namespace, "privileged"), *priority_classes()]
     if settings.sharing_enabled:
-        out.extend(priority_classes())
         out.extend(build_pools_configmap(settings))
     out.extend(resource_quota(q) for q in settings.quotas)
     return out

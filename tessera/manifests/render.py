@@ -1,8 +1,8 @@
 """Objects -> YAML files, byte-stable: the pure core of `tessera render`.
 
 One file per component, numbered in apply order (`kubectl apply -f DIR` reads files in name order),
-and the gpu-operator release in its own sub-directory (a plain `kubectl apply -f DIR` does not
-recurse into it; Helm or Pulumi installs it). Keys are written in a canonical order (apiVersion,
+the gpu-operator release in its own sub-directory (a plain `kubectl apply -f DIR` does not
+recurse into it; Helm or Pulumi installs it), and on existing clusters `nodes/label-nodes.sh`. Keys are written in a canonical order (apiVersion,
 kind, metadata first, then sorted), so the bytes depend only on the objects, never on the order a
 builder happened to insert keys in.
 """
@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
+from tessera.manifests.existing_nodes import label_script
 from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, gpu_operator_release
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
 
 GPU_OPERATOR_DIR: Final = "gpu-operator"
+NODES_DIR: Final = "nodes"
+LABEL_SCRIPT: Final = f"{NODES_DIR}/label-nodes.sh"
 VALUES_FILE: Final = f"{GPU_OPERATOR_DIR}/values.yaml"
 RELEASE_FILE: Final = f"{GPU_OPERATOR_DIR}/release.yaml"
 # Files `render` owns in the output directory (stale ones are removed so `kubectl apply -f` never
@@ -79,7 +82,7 @@ def _release_files(release: HelmRelease, source: str) -> dict[str, str]:
         "valuesFile": "values.yaml",
         "install": release.helm_command(VALUES_FILE),
     }
-    text = _header(source, "the Helm release to install (not a Kubernetes object)") + yaml.dump(
+    text = _header(source, "the Helm release to install, from the output directory (not a Kubernetes object)") + yaml.dump(
         description, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200
     )
     return {VALUES_FILE: values, RELEASE_FILE: text}
@@ -93,4 +96,7 @@ def render_files(config: StackConfig, source: str) -> dict[str, str]:
     release = gpu_operator_release(config)
     if release is not None:
         files.update(_release_files(release, source))
+    script = label_script(config, source)
+    if script is not None:
+        files[LABEL_SCRIPT] = script
     return dict(sorted(files.items()))

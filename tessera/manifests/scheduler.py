@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import yaml
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, SCHEDULER_NAME
+from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, PRIORITY_CLASS_CRITICAL, SCHEDULER_NAME
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -35,6 +35,8 @@ from tessera.manifests.objects import (
     restricted_security_context,
     selector_labels,
     service_account,
+    tmp_mount,
+    tmp_volume,
 )
 from tessera.manifests.rbac import cluster_role_binding, namespaced_grant, role_binding
 from tessera.manifests.settings import PlatformSettings
@@ -150,13 +152,13 @@ def _pod_spec(settings: PlatformSettings) -> dict[str, Any]:
         "securityContext": restricted_security_context(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
+            tmp_mount(),
         ],
     }
     return {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": True,  # it is an API client
-        "priorityClassName": "system-cluster-critical",
+        "priorityClassName": PRIORITY_CLASS_CRITICAL,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "affinity": {
             "podAntiAffinity": {
@@ -171,11 +173,11 @@ def _pod_spec(settings: PlatformSettings) -> dict[str, Any]:
                 ]
             }
         },
-        "imagePullSecrets": settings.image_pull_secrets(),
+        **settings.pull_secrets_spec(),
         "containers": [container],
         "volumes": [
             {"name": "config", "configMap": {"name": f"{NAME}-config"}},
-            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+            tmp_volume(),
         ],
     }
 

@@ -96,8 +96,9 @@ class PlatformSettings:
         """The extender, second scheduler and node DaemonSet exist only when a shared pool does."""
         return bool(self.shared_pools)
 
-    def image_pull_secrets(self) -> list[dict[str, str]]:
-        return [{"name": s} for s in self.pull_secrets]
+    def pull_secrets_spec(self) -> dict[str, list[dict[str, str]]]:
+        """`imagePullSecrets` to merge into a pod spec (nothing when the stack names none)."""
+        return {"imagePullSecrets": [{"name": s} for s in self.pull_secrets]} if self.pull_secrets else {}
 
 
 # Rendering needs a schema version even when an `existing` cluster's version is not given.

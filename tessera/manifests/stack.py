@@ -1,8 +1,9 @@
 """Every in-cluster object of one stack, grouped by component: the one entry point for Pulumi and render.
 
 `build_stack(config)` is pure: the same config gives the same objects in the same order, so
-`tessera render` is byte-stable and Pulumi previews show only real changes. Components are applied
-in `COMPONENT_ORDER` (Pulumi adds `dependsOn` along it; `kubectl apply` users follow file names).
+`tessera render` is byte-stable and Pulumi previews show only real changes. `COMPONENT_ORDER` is
+the apply order of the rendered files; Pulumi applies the same groups with explicit dependencies
+(`components.platform`).
 The gpu-operator Helm chart is not a list of objects: `gpu_operator_release(config)` describes it,
 and Pulumi installs it with helm v4 `Chart`, `tessera render` writes its values file.
 """
@@ -67,6 +68,8 @@ def build_stack(config: StackConfig) -> dict[str, list[KubeObject]]:
     """Component name -> its objects in apply order. Components with no objects are left out."""
     settings = platform_settings(config)
     groups = {**_sharing_components(settings), **_nvidia_components(config)}
+    if any(o["kind"] == "Deployment" for o in groups["webhook"]):
+        groups["webhook"].append(network.webhook_network_policy(settings))
     out: dict[str, list[KubeObject]] = {}
     for name in COMPONENT_ORDER:
         objects = groups.get(name, [])

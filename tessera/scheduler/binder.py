@@ -137,6 +137,9 @@ class Binder:
         existing = _parse(text)
         if existing is not None and existing.node == node and self._state.adopt_for_bind(request, existing):
             return existing, True
+        # kube-scheduler chose another node than the one recorded (or the record is stale):
+        # what the pod held is given back before it takes the new share
+        self._state.release_pod(request.uid)
         placement = self._state.reserve_for_bind(request, node)
         if isinstance(placement, FitFailure):
             raise BindFailed(BindOutcome.NO_FIT, f"pod does not fit on node {node}: {placement.value}")

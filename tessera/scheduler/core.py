@@ -6,14 +6,16 @@ so kube-scheduler does not even call it for them.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-from tessera.alloc import Evaluation, FitFailure, InvalidRequest, PodRequest, extender_scores, pod_request_from_k8s
+from tessera.alloc import Evaluation, FitFailure, InvalidRequest, PodRequest, pod_request_from_k8s
 from tessera.kube.api import KubeObject
 from tessera.scheduler.binder import Binder
 from tessera.scheduler.extender_types import (
     MAX_EXTENDER_PRIORITY,
+    MIN_EXTENDER_PRIORITY,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
@@ -28,6 +30,7 @@ NOT_SHARED: Final = "not a Tessera shared GPU node (no tessera.dev/gpus inventor
 _UNRESOLVABLE: Final = frozenset({FitFailure.UNKNOWN_NODE, FitFailure.GPU_MODEL})
 
 PodSink = Callable[[KubeObject], KubeObject]
+_RECENT_PODS: Final = 256  # pods whose filter results are kept for their prioritize call
 
 
 def _message(reason: str) -> str:
@@ -41,6 +44,9 @@ class Extender:
         self._binder = binder
         self._ready = ready
         self._pod_sink = pod_sink
+        # kube-scheduler calls /prioritize right after /filter for the same pod; while the
+        # cluster model has not changed in between, filter's evaluations are the answer
+        self._recent: OrderedDict[str, tuple[int, dict[str, Evaluation | FitFailure]]] = OrderedDict()
 
     def _request(self, args: ExtenderArgs) -> tuple[KubeObject, PodRequest]:
         pod = self._pod_sink(args.pod) if self._pod_sink is not None else args.pod
@@ -60,22 +66,30 @@ class Extender:
         with self._state.lock:
             self._state.observe_once(request)
             held = self._state.held_node(request.uid)
-            cluster = self._state.cluster
+            evaluate = self._state.cluster.evaluate
+            evaluations: dict[str, Evaluation | FitFailure] = {}
             for name in names:
                 if name == held:
                     feasible.append(name)  # its own reservation (rebuilt after a restart)
                     continue
-                if name not in cluster.nodes:
-                    unresolvable[name] = _message(NOT_SHARED)
-                    continue
-                failure = cluster.check_fit(request, name)
-                if failure is None:
+                result = evaluations[name] = evaluate(request, name)
+                if isinstance(result, Evaluation):
                     feasible.append(name)
-                elif failure in _UNRESOLVABLE:
-                    unresolvable[name] = _message(failure.value)
+                elif result is FitFailure.UNKNOWN_NODE:
+                    unresolvable[name] = _message(NOT_SHARED)
+                elif result in _UNRESOLVABLE:
+                    unresolvable[name] = _message(result.value)
                 else:
-                    failed[name] = _message(failure.value)
+                    failed[name] = _message(result.value)
+            self._remember(request.uid, evaluations)
         return self._result(args, feasible, failed, unresolvable)
+
+    def _remember(self, uid: str, evaluations: dict[str, Evaluation | FitFailure]) -> None:
+        """Caller holds the state lock."""
+        self._recent[uid] = (self._state.generation, evaluations)
+        self._recent.move_to_end(uid)
+        while len(self._recent) > _RECENT_PODS:
+            self._recent.popitem(last=False)
 
     @staticmethod
     def _result(args: ExtenderArgs, feasible: list[str], failed: dict[str, str], unresolvable: dict[str, str]) -> ExtenderFilterResult:
@@ -95,8 +109,10 @@ class Extender:
             return [HostPriority(n, 0) for n in names]
         with self._state.lock:
             held = self._state.held_node(request.uid)
-            cluster = self._state.cluster
-            evaluations: dict[str, Evaluation | FitFailure] = {n: cluster.evaluate(request, n) for n in names if n != held}
+            recent = self._recent.get(request.uid)
+            known = recent[1] if recent is not None and recent[0] == self._state.generation else {}
+            evaluate = self._state.cluster.evaluate
+            evaluations = {n: known.get(n) or evaluate(request, n) for n in names if n != held}
         scores = _scale(evaluations)
         if held is not None and held in names:
             # the pod already holds GPUs there (rebuilt reservation): going back re-uses them
@@ -118,13 +134,21 @@ class Extender:
 
 
 def _scale(evaluations: dict[str, Evaluation | FitFailure]) -> dict[str, int]:
-    """0..10 with only the policy's single best key at 10: `extender_scores` ranks by the first
-    key element, and nodes it ties at the top are split by the rest of the key here."""
+    """kube-scheduler's 0..10: only the policy's best key gets 10 (so rounding can never tie
+    another node with the extender's choice); the others 0..9 by min-max of the score. O(n)."""
     valid = {n: e for n, e in evaluations.items() if isinstance(e, Evaluation)}
-    scores = extender_scores({n: (e.score if isinstance(e, Evaluation) else None) for n, e in evaluations.items()})
-    if valid:
-        best = max(e.key for e in valid.values())
-        for name, evaluation in valid.items():
-            if scores[name] == MAX_EXTENDER_PRIORITY and evaluation.key != best:
-                scores[name] = MAX_EXTENDER_PRIORITY - 1
+    scores = {n: MIN_EXTENDER_PRIORITY for n in evaluations}
+    if not valid:
+        return scores
+    best = max(e.key for e in valid.values())
+    others = [e.score for e in valid.values() if e.key != best]
+    low, high = (min(others), max(others)) if others else (0.0, 0.0)
+    span = high - low
+    for name, evaluation in valid.items():
+        if evaluation.key == best:
+            scores[name] = MAX_EXTENDER_PRIORITY
+        elif span > 0:
+            scores[name] = int((MAX_EXTENDER_PRIORITY - 1) * (evaluation.score - low) / span)
+        else:
+            scores[name] = MAX_EXTENDER_PRIORITY - 1
     return scores

@@ -95,6 +95,9 @@ class SchedulerState:
         self._node_fingerprints: dict[str, str] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.inconsistencies = 0  # records that could not be restored (should stay 0)
+        # bumped on every change of the cluster model: results computed at one generation are
+        # still valid while it has not moved (lets /prioritize reuse /filter's evaluations)
+        self.generation = 0
 
     # --- nodes ----------------------------------------------------------------------------------
     def apply_node(self, node: KubeObject) -> None:
@@ -115,24 +118,29 @@ class SchedulerState:
             self._replace_inventory(state)
 
     def _replace_inventory(self, state: NodeState) -> None:
+        self.generation += 1
         old = self.cluster.nodes.get(state.name)
-        if old is not None and _same_gpus_but_health(old, state):
-            # health flips must not drop the pods running on the GPU (they still use it)
-            for new_gpu in state.gpus:
-                old_gpu = next(g for g in old.gpus if g.index == new_gpu.index)
-                if old_gpu.healthy != new_gpu.healthy:
-                    self.cluster.set_gpu_health(state.name, new_gpu.index, new_gpu.healthy)
-            if old.labels != state.labels or (old.cpu_milli, old.memory_mib) != (state.cpu_milli, state.memory_mib):
-                old.labels, old.cpu_milli, old.memory_mib = state.labels, state.cpu_milli, state.memory_mib
-                old.version += 1
-            return
-        for uid in self.cluster.add_node(state):
-            entry = self._entries.pop(uid, None)
-            self.inconsistencies += 1
-            log.error("pod %s no longer fits node %s after an inventory change; its GPUs are not tracked", entry and entry.name, state.name)
+        wanted_health = {g.index: g.healthy for g in state.gpus}
+        if old is not None:
+            # Health flips go through set_gpu_health: re-adding the node would drop the pods
+            # still running on a GPU that just turned unhealthy (they keep using it).
+            before = {(g.index, g.uuid): g.healthy for g in old.gpus}
+            for g in state.gpus:
+                g.healthy = before.get((g.index, g.uuid), g.healthy)
+        if old is None or _inventory(old) != _inventory(state):
+            for uid in self.cluster.add_node(state):
+                entry = self._entries.pop(uid, None)
+                self.inconsistencies += 1
+                log.error("pod %s no longer fits node %s after an inventory change; its GPUs are not tracked", entry and entry.name, state.name)
+        current = self.cluster.nodes[state.name]
+        for g in current.gpus:
+            healthy = wanted_health.get(g.index, g.healthy)
+            if g.healthy != healthy:
+                self.cluster.set_gpu_health(state.name, g.index, healthy)
 
     def remove_node(self, name: str) -> None:
         with self.lock:
+            self.generation += 1
             self._node_fingerprints.pop(name, None)
             for uid in self.cluster.remove_node(name):
                 self._entries.pop(uid, None)
@@ -182,6 +190,7 @@ class SchedulerState:
             entry.holding = holding
             return
         self._release(uid)
+        self.generation += 1
         try:
             request = pod_request_from_k8s(pod)
             self.cluster.restore(request, allocation)
@@ -212,7 +221,8 @@ class SchedulerState:
 
     def _release(self, uid: PodUid) -> None:
         self._entries.pop(uid, None)
-        self.cluster.release(uid)
+        if self.cluster.release(uid) is not None:
+            self.generation += 1
 
     # --- scheduling -----------------------------------------------------------------------------
     def observe_once(self, request: PodRequest) -> None:
@@ -223,6 +233,7 @@ class SchedulerState:
         if len(self._seen) > self.settings.seen_pods_limit:
             self._seen.popitem(last=False)
         self.cluster.observe(request)
+        self.generation += 1  # the workload mix (and so fragmentation scores) may have moved
 
     def held_node(self, uid: PodUid) -> str | None:
         """The node a pod already holds capacity on (its own share must not count against it)."""
@@ -240,6 +251,7 @@ class SchedulerState:
                 self.cluster.reserve(request, placement)
             except ReserveConflict:
                 return FitFailure.GPU
+            self.generation += 1
             self._entries[request.uid] = PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, self._clock())
             return placement
 
@@ -249,6 +261,7 @@ class SchedulerState:
             entry = self._entries.get(request.uid)
             if entry is None or entry.node != allocation.node or self.cluster.pod(request.uid) is None:
                 self._release(request.uid)
+                self.generation += 1
                 try:
                     self.cluster.restore(request, allocation)
                 except ReserveConflict:
@@ -257,6 +270,10 @@ class SchedulerState:
                 request.namespace, request.name, allocation.node, Holding.IN_FLIGHT, parse_rfc3339(allocation.assumed_at)
             )
             return True
+
+    def release_pod(self, uid: PodUid) -> None:
+        with self.lock:
+            self._release(uid)
 
     def finish_bind(self, uid: PodUid, *, bound: bool) -> None:
         with self.lock:
@@ -306,10 +323,6 @@ class SchedulerState:
         metrics.allocated_gpu.set(allocated)
 
 
-def _same_gpus_but_health(old: NodeState, new: NodeState) -> bool:
-    if len(old.gpus) != len(new.gpus):
-        return False
-    return all(
-        (a.index, a.uuid, a.model, a.memory_mib) == (b.index, b.uuid, b.model, b.memory_mib)
-        for a, b in zip(sorted(old.gpus, key=lambda g: g.index), sorted(new.gpus, key=lambda g: g.index))
-    )
+def _inventory(node: NodeState) -> tuple[object, ...]:
+    gpus = tuple(sorted((g.index, g.uuid, g.model, g.memory_mib, g.healthy) for g in node.gpus))
+    return (gpus, node.labels, node.cpu_milli, node.memory_mib)

@@ -117,6 +117,13 @@ def mutate_pod(
                 if requests:
                     patch.append({"op": "add", "path": f"{base}/requests", "value": requests})
             if _gpu_core_of(name, limits, requests) > 0:
+                if section == "initContainers":
+                    # The extender allocates GPUs to app containers only; an init container's
+                    # env would name keys that never appear, and it would wait forever.
+                    raise PodRejected(
+                        f"init container {name!r} asks for Tessera GPU resources; Tessera gives GPU shares to "
+                        "app containers only: move the GPU step into a container (or a separate Job)"
+                    )
                 gpu_containers.append((section, index, container))
     if not gpu_containers:
         return Mutation(tuple(patch), tuple(warnings))

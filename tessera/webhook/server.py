@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tessera.kube.api import NotFound
 from tessera.webhook.admission import InvalidReview, review
 from tessera.webhook.settings import WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH, WebhookSettings
 from tessera.webhook.tls import CertBundle, TlsApi, ensure_certificate, sync_ca_bundle
@@ -41,8 +42,12 @@ class ServerSettings:
     """Default 4 MiB: larger than any Pod AdmissionReview (etcd limits objects to 1.5 MiB)."""
     connection_timeout_s: float = 10.0
     """Default 10 s: the API server gives up after the webhook's timeoutSeconds anyway."""
-    renew_check_interval_s: float = 12 * 3600.0
-    """Default 12 h: how often a long-running replica re-checks the certificate's expiry."""
+    certificate_check_interval_s: float = 60.0
+    """Default 60 s: how often a replica re-checks its certificate's expiry and the caBundle (a
+    re-created MutatingWebhookConfiguration trusts us again within a minute); two GETs a minute."""
+    ca_retry_interval_s: float = 5.0
+    """Default 5 s: retry interval while the MutatingWebhookConfiguration does not exist yet (the
+    Deployment may start before it: Pulumi waits for the Deployment before creating it)."""
     drain_s: float = 5.0
     """Default 5 s: after SIGTERM, report not-ready and keep serving this long so the Service
     stops routing admission calls here before the socket closes (an in-flight call that fails
@@ -142,34 +147,57 @@ def server_context() -> ssl.SSLContext:
     return context
 
 
-def bootstrap_certificate(api: TlsApi, webhook: WebhookSettings, now: dt.datetime) -> CertBundle:
-    """Get (or create) the shared certificate and make the webhook configuration trust its CA."""
+@dataclass(frozen=True)
+class CertificateState:
+    bundle: CertBundle
+    ca_trusted: bool
+    """True once the webhook configuration's caBundle names our CA."""
+
+
+def bootstrap_certificate(api: TlsApi, webhook: WebhookSettings, now: dt.datetime) -> CertificateState:
+    """Get (or create) the shared certificate and make the webhook configuration trust its CA.
+    A missing Secret is an error (the manifests create it); a missing webhook configuration is
+    not: it may be created after the webhook is ready, and the renew loop retries."""
     if webhook.tls is None:
         raise ValueError("webhook settings have no `tls` section; pass certificate files instead")
     bundle = ensure_certificate(api, webhook.tls, now)
-    if sync_ca_bundle(api, webhook.tls.webhook_configuration_name, bundle.ca_pem):
-        LOG.info("set caBundle of MutatingWebhookConfiguration %s", webhook.tls.webhook_configuration_name)
-    return bundle
+    name = webhook.tls.webhook_configuration_name
+    try:
+        changed = sync_ca_bundle(api, name, bundle.ca_pem)
+    except NotFound:
+        LOG.warning("MutatingWebhookConfiguration %s does not exist yet; serving and retrying", name)
+        return CertificateState(bundle, ca_trusted=False)
+    if changed:
+        LOG.info("set caBundle of MutatingWebhookConfiguration %s", name)
+    return CertificateState(bundle, ca_trusted=True)
 
 
 def renew_loop(
     stop: threading.Event,
-    interval_s: float,
-    renew: Callable[[], CertBundle],
+    settings: ServerSettings,
+    renew: Callable[[], CertificateState],
     apply: Callable[[CertBundle], None],
-    current: CertBundle,
+    current: CertificateState,
 ) -> None:
-    """Re-run the bootstrap every `interval_s` until `stop` is set; swap in a changed bundle."""
-    while not stop.wait(interval_s):
+    """Re-run the bootstrap until `stop` is set: every `certificate_check_interval_s`, or every
+    `ca_retry_interval_s` while the caBundle is not in place; swap in a changed certificate."""
+
+    def interval(state: CertificateState) -> float:
+        return settings.certificate_check_interval_s if state.ca_trusted else settings.ca_retry_interval_s
+
+    wait = interval(current)
+    while not stop.wait(wait):
         try:
             fresh = renew()
-        except Exception as exc:  # keep serving the current certificate; retry next interval
+        except Exception as exc:  # keep serving the current certificate; retry soon
             LOG.warning("certificate check failed, keeping the current one: %s", exc)
+            wait = settings.ca_retry_interval_s
             continue
-        if fresh != current:
-            apply(fresh)
-            current = fresh
+        if fresh.bundle != current.bundle:
+            apply(fresh.bundle)
             LOG.info("serving a renewed certificate")
+        current = fresh
+        wait = interval(current)
 
 
 def _drain_then_shutdown(httpd: WebhookHttpServer, stop: threading.Event, drain_s: float) -> None:
@@ -185,7 +213,8 @@ def serve(
     webhook: WebhookSettings,
     bundle: CertBundle,
     *,
-    renew: Callable[[], CertBundle] | None = None,
+    renew: Callable[[], CertificateState] | None = None,
+    ca_trusted: bool = True,
     ready: Callable[[WebhookHttpServer], None] | None = None,
     stop: threading.Event | None = None,
 ) -> None:
@@ -196,11 +225,11 @@ def serve(
         directory = Path(tmp)
         load_bundle_into(context, bundle, directory)
         httpd = WebhookHttpServer(settings, webhook, context)
-        stop = threading.Event()
+        finished = threading.Event()  # ends the renew loop with the server
         if renew is not None:
             threading.Thread(
                 target=renew_loop,
-                args=(stop, settings.renew_check_interval_s, renew, lambda b: load_bundle_into(context, b, directory), bundle),
+                args=(finished, settings, renew, lambda b: load_bundle_into(context, b, directory), CertificateState(bundle, ca_trusted)),
                 name="cert-renew",
                 daemon=True,
             ).start()
@@ -212,5 +241,5 @@ def serve(
         try:
             httpd.serve_forever(poll_interval=0.5)
         finally:
-            stop.set()
+            finished.set()
             httpd.server_close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -31,6 +31,7 @@ from tessera.kube.api import Conflict
 from tessera.webhook.settings import TlsSettings
 
 CA_KEY: Final = "ca.crt"
+CA_PRIVATE_KEY: Final = "ca.key"
 CERT_KEY: Final = "tls.crt"
 KEY_KEY: Final = "tls.key"
 CA_VALIDITY: Final = dt.timedelta(days=3650)
@@ -42,20 +43,26 @@ MAX_WRITE_ATTEMPTS: Final = 3
 
 @dataclass(frozen=True)
 class CertBundle:
-    """PEM text of the CA certificate, the serving certificate and its private key."""
+    """PEM text of the CA certificate, the serving certificate and its private key, and the CA's
+    private key (kept so a serving certificate is renewed under the same CA: the caBundle the API
+    server trusts then never changes while replicas switch over one by one)."""
 
     ca_pem: str
     cert_pem: str
     key_pem: str
+    ca_key_pem: str = ""
 
     def to_secret_data(self) -> dict[str, str]:
-        return {CA_KEY: self.ca_pem, CERT_KEY: self.cert_pem, KEY_KEY: self.key_pem}
+        out = {CA_KEY: self.ca_pem, CERT_KEY: self.cert_pem, KEY_KEY: self.key_pem}
+        if self.ca_key_pem:
+            out[CA_PRIVATE_KEY] = self.ca_key_pem
+        return out
 
     @staticmethod
     def from_secret_data(data: Mapping[str, str]) -> CertBundle | None:
         if not all(data.get(k) for k in (CA_KEY, CERT_KEY, KEY_KEY)):
             return None
-        return CertBundle(data[CA_KEY], data[CERT_KEY], data[KEY_KEY])
+        return CertBundle(data[CA_KEY], data[CERT_KEY], data[KEY_KEY], data.get(CA_PRIVATE_KEY, ""))
 
 
 @dataclass(frozen=True)
@@ -92,9 +99,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
 
 
-def generate_bundle(dns_names: tuple[str, ...], now: dt.datetime) -> CertBundle:
-    """A fresh self-signed CA and a serving certificate for `dns_names` signed by it (ECDSA P-256:
-    fast to generate at pod start, accepted by the API server's TLS client)."""
+def _generate_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("tessera-webhook-ca")
     ca_cert = (
@@ -112,15 +117,19 @@ def generate_bundle(dns_names: tuple[str, ...], now: dt.datetime) -> CertBundle:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_cert, ca_key
+
+
+def _issue(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, dns_names: tuple[str, ...], now: dt.datetime) -> CertBundle:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(dns_names[0]))
-        .issuer_name(ca_name)
+        .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + SERVING_VALIDITY)
+        .not_valid_after(min(now + SERVING_VALIDITY, ca_cert.not_valid_after_utc))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
@@ -136,7 +145,37 @@ def generate_bundle(dns_names: tuple[str, ...], now: dt.datetime) -> CertBundle:
         ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM).decode(),
         cert_pem=cert.public_bytes(serialization.Encoding.PEM).decode(),
         key_pem=_key_pem(key),
+        ca_key_pem=_key_pem(ca_key),
     )
+
+
+def generate_bundle(dns_names: tuple[str, ...], now: dt.datetime) -> CertBundle:
+    """A fresh self-signed CA and a serving certificate for `dns_names` signed by it (ECDSA P-256:
+    fast to generate at pod start, accepted by the API server's TLS client)."""
+    ca_cert, ca_key = _generate_ca(now)
+    return _issue(ca_cert, ca_key, dns_names, now)
+
+
+def reissue_under_ca(bundle: CertBundle, dns_names: tuple[str, ...], now: dt.datetime, renew_before: dt.timedelta) -> CertBundle | None:
+    """A new serving certificate signed by the bundle's own CA, when that CA (and its key) can
+    still be used; None otherwise."""
+    if not bundle.ca_key_pem:
+        return None
+    try:
+        ca_cert = x509.load_pem_x509_certificate(bundle.ca_pem.encode())
+        ca_key = serialization.load_pem_private_key(bundle.ca_key_pem.encode(), password=None)
+    except ValueError:
+        return None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey) or not _same_public_key(ca_cert, ca_key):
+        return None
+    if ca_cert.not_valid_after_utc - renew_before <= now:
+        return None
+    return _issue(ca_cert, ca_key, dns_names, now)
+
+
+def _same_public_key(cert: x509.Certificate, key: Any) -> bool:
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    return bool(cert.public_key().public_bytes(serialization.Encoding.DER, spki) == key.public_key().public_bytes(serialization.Encoding.DER, spki))
 
 
 def bundle_problem(bundle: CertBundle, dns_names: tuple[str, ...], now: dt.datetime, renew_before: dt.timedelta) -> str | None:
@@ -152,9 +191,7 @@ def bundle_problem(bundle: CertBundle, dns_names: tuple[str, ...], now: dt.datet
         cert.verify_directly_issued_by(ca)
     except (InvalidSignature, ValueError, TypeError) as exc:
         return f"serving certificate is not signed by the CA ({type(exc).__name__})"
-    if cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo) != key.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    ):
+    if not _same_public_key(cert, key):
         return "private key does not match the serving certificate"
     try:
         names = set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName))
@@ -178,7 +215,8 @@ def ensure_certificate(api: TlsApi, tls: TlsSettings, now: dt.datetime) -> CertB
         stored = CertBundle.from_secret_data(state.data)
         if stored is not None and bundle_problem(stored, dns_names, now, renew_before) is None:
             return stored
-        fresh = generate_bundle(dns_names, now)
+        renewed = reissue_under_ca(stored, dns_names, now, renew_before) if stored is not None else None
+        fresh = renewed or generate_bundle(dns_names, now)
         try:
             api.write_secret(tls.namespace, tls.secret_name, fresh.to_secret_data(), state.resource_version)
         except Conflict:

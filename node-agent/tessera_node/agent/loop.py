@@ -34,12 +34,14 @@ from tessera_node.agent.registry import (
     ContainerRegistry,
     PoolPolicy,
     RegisteredContainer,
+    RegistryCorrupt,
     SharingPolicy,
     container_ids_from_status,
     containers_from_pods,
 )
 from tessera_node.agent.settings import AgentSettings
-from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuInfo, ProcessSample
+from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, GpuInfo, ProcessSample
 
 _log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class _Counters:
     xids: dict[int, int] = field(default_factory=dict)
     ticks: int = 0
     tick_seconds: float = 0.0
+    tick_errors: int = 0
 
 
 class Agent:
@@ -84,7 +87,7 @@ class Agent:
         self.node_policy: PoolPolicy | None = None  # from node labels when a KubeApi is given
         self._gpus: list[GpuInfo] = []
         self._uuid_of: dict[int, str] = {}
-        self._healthy: dict[int, bool] = {}
+        self._health = HealthTracker(HealthSettings(), [])
         self._usage: dict[tuple[ContainerKey, str], ContainerGpuUse] = {}
         self._view_cache = RegistryView.of([])
         self._containers_stamp: object = object()
@@ -97,7 +100,6 @@ class Agent:
         """Open the GPU backend, learn the pods, and thaw whatever a previous agent left frozen."""
         self.deps.backend.open()
         self.set_gpus(self.deps.backend.list_gpus())
-        self._healthy = {g.index: True for g in self._gpus}
         self.refresh_from_pods()
         offline = [c for c in self.containers().values() if c.app_class is AppClass.OFFLINE or c.policy.sharing is SharingPolicy.BURST_SHARE]
         extra = [d for c in offline if (d := self.deps.locator.container_dir(c.pod_uid, c.container_id)) is not None]
@@ -110,6 +112,8 @@ class Agent:
     def set_gpus(self, gpus: list[GpuInfo]) -> None:
         self._gpus = gpus
         self._uuid_of = {g.index: g.uuid for g in gpus}
+        # the device plugin's health policy, so the metric and the advertised devices agree
+        self._health = HealthTracker(HealthSettings(), [g.index for g in gpus])
 
     def shutdown(self) -> list[str]:
         thawed = self.pauses.thaw_everything(self.deps.monotonic())
@@ -123,7 +127,13 @@ class Agent:
         interval = self.settings.poll_interval_s
         next_at = self.deps.monotonic()
         while not stop.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except (OSError, RegistryCorrupt, GpuBackendError) as exc:
+                # A transient failure (a cgroup file vanishing mid-write, a registry being
+                # replaced, the driver busy) must not kill the loop: the next tick retries.
+                self.counters.tick_errors += 1
+                _log.error("agent tick failed (%d so far): %s", self.counters.tick_errors, exc)
             next_at += interval
             delay = next_at - self.deps.monotonic()
             if delay < 0:  # overran: skip missed slots instead of bursting to catch up
@@ -239,10 +249,14 @@ class Agent:
                 self.deps.registry.set_container_id(key, cid)
 
     def _poll_health(self) -> None:
+        now = self.deps.monotonic()
         try:
-            for event in self.deps.backend.poll_xid_events(0):
+            events = self.deps.backend.poll_xid_events(0)
+            for event in events:
                 self.counters.xids[event.gpu] = self.counters.xids.get(event.gpu, 0) + 1
-            self._healthy = {g.index: self.deps.backend.is_responsive(g.index) for g in self._gpus}
+            self._health.on_xids(events, now)
+            backend = self.deps.backend
+            self._health.on_probe(lambda index: backend.is_responsive(GpuIndex(index)), now)
         except GpuBackendError as exc:
             _log.warning("GPU health poll failed: %s", exc)
 
@@ -299,7 +313,7 @@ class Agent:
                 core_allocated_pct=core_by_gpu.get(g.uuid, 0), memory_allocated_mib=mem_by_gpu.get(g.uuid, 0),
                 utilisation_pct=util[g.index].gpu_pct if g.index in util else 0,
                 memory_used_mib=util[g.index].used_memory_mib if g.index in util else 0,
-                healthy=self._healthy.get(g.index, True), xid_errors=self.counters.xids.get(g.index, 0),
+                healthy=self._health.health().get(g.index, True), xid_errors=self.counters.xids.get(g.index, 0),
                 mps_daemon_running=g.uuid in mps_running, mps_restarts=mps_restarts.get(g.uuid, 0),
             )
             for g in self._gpus

@@ -68,6 +68,11 @@ def desired_limits(containers: Iterable[RegisteredContainer]) -> dict[str, MpsLi
         if c.policy.sharing is not SharingPolicy.FIXED_SHARE:
             continue
         for share in c.shares:
+            if share.core >= 100:
+                # A whole GPU is exclusive: no daemon, so its CUDA clients find no MPS pipe and
+                # run directly on the GPU (also what a multi-GPU container needs: one MPS daemon
+                # per GPU could not serve its other GPUs).
+                continue
             cores[share.uuid] = max(cores.get(share.uuid, 0), min(100, share.core))
             previous = memory.get(share.uuid, 0)
             if share.memory_mib <= 0 or previous is None:

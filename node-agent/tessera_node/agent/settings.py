@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tessera.contract import MPS_ROOT
 from tessera_node.agent.cgroups import DEFAULT_CGROUP_ROOT, DEFAULT_PROC_ROOT
 from tessera_node.agent.registry import PoolPolicy
 
@@ -74,6 +75,6 @@ class AgentSettings:
     mps_enabled: bool = True
     """Run MPS control daemons on fixed-share pools. Default on (fixed-share needs them)."""
 
-    mps_root: Path = Path("/run/tessera/mps")
+    mps_root: Path = Path(MPS_ROOT)
     """MPS pipe and log directories live under <root>/<gpu-uuid>/{pipe,log}; hostPath shared
     with the containers that use MPS."""

@@ -131,6 +131,10 @@ class ColocationMachine(RuleBasedStateMachine):
         if self.containers:
             key = data.draw(st.sampled_from(sorted(self.containers, key=str)))
             del self.containers[key]
+            # activity belongs to online containers: a GPU left without any has no recent activity
+            for uuid in list(self.last_active):
+                if not any(o.app_class is AppClass.ONLINE and uuid in o.gpu_uuids for o in self.containers.values()):
+                    del self.last_active[uuid]
         self._step({})
 
     @rule(data=st.data(), dt=st.floats(0.01, 1.5))

@@ -57,6 +57,9 @@ class AgentMachine(RuleBasedStateMachine):
         for pid in p.pids:
             self.world.sim.remove_process(pid)
             self.busy.pop(pid, None)
+        gpu = p.record.shares[0].index
+        if not any(q.record.app_class is AppClass.ONLINE and q.record.shares[0].index == gpu for q in self.placed):
+            self.last_active.pop(gpu, None)  # activity belonged to online containers that are gone
         self._tick()
 
     @rule(ticks=st.integers(1, 8))

@@ -39,15 +39,23 @@ def by_gpu(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) ->
 
 def test_xid_errors_and_unresponsive_gpu_are_reported(served: tuple[World, str]) -> None:
     world, url = served
-    world.sim.inject_xid(1, 79, "fell off the bus")
-    world.sim.inject_xid(1, 48)
-    world.sim.set_responsive(1, False)
+    world.sim.inject_xid(0, 13, "an application's own fault: the GPU stays healthy")
+    world.sim.inject_xid(1, 48, "double-bit ECC")
     world.tick()
     scrape(url)  # a scrape asks the loop for a fresh view
     world.tick()
     metrics = scrape(url)
-    assert by_gpu(metrics, "tessera_gpu_xid_errors_total") == {"0": 0, "1": 2}
+    assert by_gpu(metrics, "tessera_gpu_xid_errors_total") == {"0": 1, "1": 1}
     assert by_gpu(metrics, "tessera_gpu_healthy") == {"0": 1.0, "1": 0.0}
+
+
+def test_unresponsive_gpu_is_unhealthy(served: tuple[World, str]) -> None:
+    world, url = served
+    world.sim.set_responsive(0, False)
+    world.tick()
+    scrape(url)
+    world.tick()
+    assert by_gpu(scrape(url), "tessera_gpu_healthy") == {"0": 0.0, "1": 1.0}
 
 
 def test_allocation_and_kill_counters(served: tuple[World, str]) -> None:

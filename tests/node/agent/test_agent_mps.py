@@ -22,6 +22,7 @@ def test_daemon_defaults_are_the_largest_share_per_gpu() -> None:
         _c("b", GpuShare(0, "GPU-0", 30, 3072)),
         _c("c", GpuShare(1, "GPU-1", 20, 0)),  # no memory limit asked on GPU-1
         _c("d", GpuShare(2, "GPU-2", 50, 1024), policy=PoolPolicy(sharing=SharingPolicy.BEST_EFFORT)),
+        _c("e", GpuShare(3, "GPU-3", 100, 0), GpuShare(4, "GPU-4", 100, 0)),  # whole GPUs: exclusive, no MPS
     ])
     assert limits == {"GPU-0": MpsLimits(60, 6144), "GPU-1": MpsLimits(20, None)}
 

@@ -67,7 +67,7 @@ def node(tmp_path: Path) -> Node:
 class AgentProcess:
     def __init__(self, node: Node, *extra: str) -> None:
         argv = [
-            sys.executable, "-m", "tessera_node.agent", "--simulate", "H100-80GB:1", "--simulate-processes", str(node.script),
+            sys.executable, "-m", "tessera.cli.main", "node", "agent", "--simulate", "H100-80GB:1", "--simulate-processes", str(node.script),
             "--node-name", NODE, "--state-dir", str(node.root / "state"), "--cgroup-root", str(node.tree.cgroup_root),
             "--proc-root", str(node.tree.proc_root), "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--no-kube", *extra,
         ]

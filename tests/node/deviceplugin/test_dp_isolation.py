@@ -9,12 +9,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import grpc
 import pytest
 from dp_harness import Harness, wait_until
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.contract import ANNOTATION_ALLOCATION, Allocation
+from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera_node.testing.kubelet_emulator import StartFailed
 
 Order = Callable[[list[str]], list[str]]
@@ -144,10 +146,6 @@ def test_pod_whose_env_was_not_wired_by_the_webhook_does_not_start(node: Harness
 def test_allocate_rejects_devices_the_plugin_never_advertised(node: Harness) -> None:
     plugin = node.kubelet.plugin("tessera.dev/gpu-core")
     assert plugin is not None
-    from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
-
-    import grpc
-
     with pytest.raises(grpc.RpcError) as info:
         plugin.stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=["gpu9-core001"])]), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

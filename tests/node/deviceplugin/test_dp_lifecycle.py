@@ -8,6 +8,7 @@ import time
 from dp_harness import NODE, Harness, wait_until
 
 from tessera.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, PAUSED_FOR_MIG_CHANGE
+from tessera_node.gpu.backend import MigMode
 
 REREGISTER_TARGET_S = 1.0  # the product requirement: back within a second of a kubelet restart
 
@@ -96,10 +97,13 @@ def test_paused_for_mig_change_steps_aside_and_comes_back(node: Harness) -> None
     assert wait_until(lambda: not any(g["healthy"] for g in _node_gpus(node))), "scheduler still sees usable GPUs during the MIG change"
     time.sleep(0.2)  # several supervisor ticks: a paused plugin must not re-register by itself
     assert len(node.kubelet.registrations) == registrations
+    node.backend.set_mig_mode(2, MigMode.ENABLED)  # the MIG manager turned GPU 2 into slices
     node.kube.patch_node_labels(NODE, {LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY: None})
     assert node.kubelet.wait_for(lambda: len(node.kubelet.registrations) > registrations and node.kubelet.connected(GPU_CORE), 3.0)
     assert node.backend.open_count == opened + 1
-    assert wait_until(lambda: all(g["healthy"] for g in _node_gpus(node)))
+    # GPU 2 now belongs to NVIDIA's plugin as MIG slices: no longer shared by Tessera
+    assert node.kubelet.wait_for(lambda: {d.split("-")[0] for d in node.kubelet.devices(GPU_CORE)} == {"gpu0", "gpu1", "gpu3"}, 3.0)
+    assert wait_until(lambda: [(g["index"], g["healthy"]) for g in _node_gpus(node)] == [(0, True), (1, True), (3, True)])
 
 
 def test_tokens_reused_by_a_new_pod_are_never_attributed_to_the_old_one(node: Harness) -> None:

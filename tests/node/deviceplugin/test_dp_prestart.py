@@ -15,7 +15,7 @@ from tessera_node.deviceplugin.prestart import Owner, PreStartRejected, find_own
 
 NODE = "n1"
 INVENTORY = Inventory.of([NodeGpu(0, "GPU-a", "T4", 15360), NodeGpu(1, "GPU-b", "T4", 15360)])
-TOKENS = [token_id(0, n) for n in range(30)]
+TOKENS: list[str] = [token_id(0, n) for n in range(30)]
 SHARE = GpuShare(1, "GPU-b", 30, 4096)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_prod_renders_identical_bytes_twice_whatever_the_hash_seed(tmp_path: Pat
     assert {"gpu-operator/values.yaml", "gpu-operator/release.yaml"} <= set(a)
 
 
-def _numbered(components: dict[str, object]) -> list[tuple[int, str]]:
+def _numbered(components: Mapping[str, object]) -> list[tuple[int, str]]:
     from tessera.manifests.stack import COMPONENT_ORDER
 
     return [(COMPONENT_ORDER.index(c), c) for c in components]

@@ -77,9 +77,23 @@ def test_policy_edit_changes_only_the_pools_configmap(tmp_path: Path, stack: str
     assert gpu_operator_release(base_cfg) == gpu_operator_release(edit_cfg)
 
 
-def test_policy_edit_changes_one_rendered_file(tmp_path: Path) -> None:
-    base_path = _edited_stack(tmp_path / "a", "prod", "a10-shared", "placement", "binpack")
-    edit_path = _edited_stack(tmp_path / "b", "prod", "a10-shared", "placement", "spread")
-    base = render_files(load_stack_file(base_path), "Pulumi.prod.yaml")
-    edit = render_files(load_stack_file(edit_path), "Pulumi.prod.yaml")
-    assert [name for name in base if base[name] != edit[name]] == ["00-platform.yaml"]
+@pytest.mark.parametrize(
+    ("stack", "pool", "key", "before", "after", "changed_files"),
+    [
+        ("prod", "a10-shared", "placement", "binpack", "spread", ["00-platform.yaml"]),
+        # existing clusters: the node labels are rendered too (nodes/label-nodes.sh), one line of it
+        ("local", "local-shared", "policy", "best-effort", "fixed-share", ["00-platform.yaml", "nodes/label-nodes.sh"]),
+    ],
+)
+def test_policy_edit_changes_the_fewest_rendered_files(
+    tmp_path: Path, stack: str, pool: str, key: str, before: str, after: str, changed_files: list[str]
+) -> None:
+    base_path = _edited_stack(tmp_path / "a", stack, pool, key, before)
+    edit_path = _edited_stack(tmp_path / "b", stack, pool, key, after)
+    base = render_files(load_stack_file(base_path), f"Pulumi.{stack}.yaml")
+    edit = render_files(load_stack_file(edit_path), f"Pulumi.{stack}.yaml")
+    assert set(base) == set(edit)
+    assert [name for name in base if base[name] != edit[name]] == changed_files
+    for name in changed_files:
+        removed = set(base[name].splitlines()) - set(edit[name].splitlines())
+        assert len(removed) == 1, name

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Final
+from typing import Any, Final
 
 import kubernetes_validate
 import pytest
@@ -64,9 +64,9 @@ def test_the_validator_catches_a_broken_deployment(all_stacks: list[BuiltStack],
         kubernetes_validate.validate(deployment, built.kubernetes_version, strict=True)
 
 
-def _scheduler_config(stack: BuiltStack) -> dict[str, object]:
+def _scheduler_config(stack: BuiltStack) -> dict[str, Any]:
     cm = stack.find("ConfigMap", f"{SCHEDULER_NAME}-config")
-    loaded: dict[str, object] = yaml.safe_load(cm["data"][scheduler.CONFIG_KEY])
+    loaded: dict[str, Any] = yaml.safe_load(cm["data"][scheduler.CONFIG_KEY])
     return loaded
 
 
@@ -75,8 +75,8 @@ def test_kube_scheduler_configuration_wires_the_extender(stack: BuiltStack) -> N
         pytest.skip("no shared pool: no second scheduler")
     cfg = _scheduler_config(stack)
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
-    assert [p["schedulerName"] for p in cfg["profiles"]] == [SCHEDULER_NAME]  # type: ignore[attr-defined]
-    (ext,) = cfg["extenders"]  # type: ignore[misc]
+    assert [p["schedulerName"] for p in cfg["profiles"]] == [SCHEDULER_NAME]
+    (ext,) = cfg["extenders"]
     assert set(ext) <= EXTENDER_FIELDS
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["enableHTTPS"] is False
@@ -96,11 +96,11 @@ def test_leader_election_lease_is_the_one_the_role_allows(stack: BuiltStack) -> 
     if not stack.config.pools_of_kind("shared"):
         pytest.skip("no shared pool: no second scheduler")
     election = _scheduler_config(stack)["leaderElection"]
-    assert election["leaderElect"] is True  # type: ignore[index]
+    assert election["leaderElect"] is True
     role = stack.find("Role", f"{SCHEDULER_NAME}:leader-election")
     named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named[0]["resourceNames"] == [election["resourceName"]]  # type: ignore[index]
-    assert role["metadata"]["namespace"] == election["resourceNamespace"]  # type: ignore[index]
+    assert named[0]["resourceNames"] == [election["resourceName"]]
+    assert role["metadata"]["namespace"] == election["resourceNamespace"]
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(5.0, "5s"), (1.5, "1500ms"), (30, "30s")])

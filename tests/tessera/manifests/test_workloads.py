@@ -74,3 +74,60 @@ def test_control_plane_pods_stay_off_gpu_nodes(stack: BuiltStack) -> None:
     for name in (extender.NAME, "tessera-scheduler"):
         spec = stack.find("Deployment", name)["spec"]["template"]["spec"]
         assert not any(t.get("key") == TAINT_GPU for t in spec.get("tolerations", [])), name
+
+
+def _selects(selector: dict[str, object], labels: dict[str, str]) -> bool:
+    match = selector.get("matchLabels", {})
+    assert isinstance(match, dict)
+    return all(labels.get(k) == v for k, v in match.items())
+
+
+def test_every_long_running_pod_is_behind_a_network_policy(stack: BuiltStack) -> None:
+    policies = [o for _, o in stack.objects() if o["kind"] == "NetworkPolicy"]
+    for _, o in stack.objects():
+        if o["kind"] in ("Deployment", "DaemonSet"):
+            labels = o["spec"]["template"]["metadata"]["labels"]
+            ns = o["metadata"]["namespace"]
+            assert any(p["metadata"]["namespace"] == ns and _selects(p["spec"]["podSelector"], labels) for p in policies), o["metadata"]["name"]
+
+
+def test_extender_accepts_the_scheduler_pods_on_its_port(stack: BuiltStack) -> None:
+    _shared(stack)
+    policy = stack.find("NetworkPolicy", extender.NAME)
+    scheduler_labels = stack.find("Deployment", "tessera-scheduler")["spec"]["template"]["metadata"]["labels"]
+    container_port = _containers(stack, "Deployment", extender.NAME)["extender"]["ports"][0]["containerPort"]  # type: ignore[index]
+    (rule,) = policy["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [container_port]
+    assert any("podSelector" in peer and "namespaceSelector" not in peer and _selects(peer["podSelector"], scheduler_labels) for peer in rule["from"])
+
+
+def test_readiness_probe_names_the_socket_the_device_plugin_creates() -> None:
+    from tessera_node.deviceplugin.plugin import DevicePluginSettings
+
+    assert node.PLUGIN_SOCKET == DevicePluginSettings(node_name="n").endpoint
+    assert node.DEVICE_PLUGIN_DIR == str(DevicePluginSettings(node_name="n").device_plugin_dir)
+
+
+def test_host_paths_hold_the_node_processes_default_directories() -> None:
+    from pathlib import Path
+
+    from tessera_node.agent.settings import AgentSettings
+    from tessera_node.deviceplugin.core import AllocateSettings
+    from tessera_node.deviceplugin.plugin import DevicePluginSettings
+
+    agent = AgentSettings(node_name="n")
+    assert Path(node.STATE_DIR) in agent.state_dir.parents
+    assert Path(node.STATE_DIR) in DevicePluginSettings(node_name="n").state_dir.parents
+    assert str(agent.cgroup_root) == node.CGROUP_DIR
+    assert Path(node.RUN_DIR) in Path(AllocateSettings().mps_pipe_host_dir).parents
+
+
+def test_every_priority_class_a_pod_names_exists(stack: BuiltStack) -> None:
+    rendered = {o["metadata"]["name"] for _, o in stack.objects() if o["kind"] == "PriorityClass"}
+    builtin = {"system-cluster-critical", "system-node-critical"}
+    for _, o in stack.objects():
+        if o["kind"] in ("Deployment", "DaemonSet"):
+            name = o["spec"]["template"]["spec"].get("priorityClassName")
+            assert name is None or name in rendered | builtin, o["metadata"]["name"]
+            if o["metadata"]["name"] in (extender.NAME, node.NAME, "tessera-scheduler"):
+                assert name in rendered  # our own: some clusters admit system-* only in kube-system

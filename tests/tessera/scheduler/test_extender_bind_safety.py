@@ -156,6 +156,26 @@ def test_restart_between_annotate_and_bind(flaky: Harness) -> None:
     audit(api, gpu_memory_mib=GPU_MEMORY)
 
 
+def test_retry_on_another_node_moves_the_reservation(flaky: Harness) -> None:
+    api = flaky.api
+    assert isinstance(api, FlakyBindApi)
+    api.create_node(node_manifest("n1", gpus=1))
+    api.create_node(node_manifest("n2", gpus=1))
+    service = flaky.start()
+    scheduler = flaky.scheduler(service)
+    api.create_pod(pod_manifest("mover", ("main", 100, None)))
+    api.fail_binds = 1
+    assert "injected" in scheduler.schedule("default", "mover").error
+    first = Allocation.from_json(api.get_pod("default", "mover")["metadata"]["annotations"][ANNOTATION_ALLOCATION]).node
+    other = "n2" if first == "n1" else "n1"
+    assert scheduler.bind(api.get_pod("default", "mover"), other) == ""
+    moved = api.get_pod("default", "mover")
+    assert Allocation.from_json(moved["metadata"]["annotations"][ANNOTATION_ALLOCATION]).node == other == moved["spec"]["nodeName"]
+    api.create_pod(pod_manifest("next", ("main", 100, None)))
+    assert scheduler.schedule("default", "next").node == first  # the first node's GPU was given back
+    audit(api, gpu_memory_mib=GPU_MEMORY)
+
+
 def test_assumed_reservation_expires_after_ttl(flaky: Harness) -> None:
     api = flaky.api
     assert isinstance(api, FlakyBindApi)

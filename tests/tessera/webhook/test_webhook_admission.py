@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import json
+import ssl
+import threading
 from typing import Any
 
 import pytest
-from webhook_helpers import WebhookClient, container, pod, review_body
+from webhook_helpers import SETTINGS, WebhookClient, container, pod, review_body, start_webhook
 
 from tessera import contract
+from tessera.webhook.server import ServerSettings
+from tessera.webhook.tls import CertBundle
 
 UID = "0f3c1a52-8d7e-4b7a-9a51-2b2f0c6d9e11"
 CONFIGMAP = f"tessera-alloc-{UID}"
@@ -39,12 +43,14 @@ def test_fractional_pod_gets_scheduler_configmap_and_env(webhook: WebhookClient)
     assert trainer["resources"] == gpu["resources"]
 
 
-def test_init_containers_get_env_under_their_own_names(webhook: WebhookClient) -> None:
+def test_gpu_init_containers_are_rejected_because_the_extender_serves_app_containers_only(webhook: WebhookClient) -> None:
     init = container("warmup", {contract.GPU_CORE: "10"})
-    patched, _ = webhook.mutate(pod(container("main"), initContainers=[init]))
-    keys = [e["valueFrom"]["configMapKeyRef"]["key"] for e in patched["spec"]["initContainers"][0]["env"]]
-    assert keys == [f"warmup.{k}" for k in contract.ALLOCATION_ENV_KEYS]
-    assert patched["spec"]["schedulerName"] == contract.SCHEDULER_NAME
+    response = webhook.review(review_body(pod(container("main", {contract.GPU_CORE: "10"}), initContainers=[init])))
+    assert response["allowed"] is False
+    assert "init container 'warmup'" in response["status"]["message"]
+    # an init container without GPU resources is fine, and untouched
+    patched, _ = webhook.mutate(pod(container("main", {contract.GPU_CORE: "10"}), initContainers=[container("setup")]))
+    assert patched["spec"]["initContainers"] == [container("setup")]
 
 
 def test_pod_without_gpu_resources_is_untouched(webhook: WebhookClient) -> None:
@@ -163,3 +169,17 @@ def test_malformed_requests_get_http_errors(webhook: WebhookClient, path: str, b
 
 def test_health_endpoint(webhook: WebhookClient) -> None:
     assert webhook.request("GET", "/healthz") == (200, b"ok\n")
+
+
+def test_stop_drains_not_ready_then_shuts_down(localhost_bundle: CertBundle) -> None:
+    stop = threading.Event()
+    server, thread = start_webhook(SETTINGS, localhost_bundle, ServerSettings(host="127.0.0.1", port=0, drain_s=3.0), stop)
+    client = WebhookClient(server.server_address[1], ssl.create_default_context(cadata=localhost_bundle.ca_pem))
+    assert client.request("GET", "/readyz")[0] == 200
+    stop.set()
+    assert server.draining.wait(10)
+    # while draining: not ready (the Service stops routing here) but still answering reviews
+    assert client.request("GET", "/readyz")[0] == 503
+    assert client.review(review_body(pod(container("c", {contract.GPU_CORE: "10"}))))["allowed"] is True
+    thread.join(20)
+    assert not thread.is_alive()

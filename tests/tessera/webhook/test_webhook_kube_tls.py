@@ -108,7 +108,7 @@ def stand_in() -> Iterator[tuple[StandIn, KubernetesTlsApi]]:
 def test_bootstrap_over_the_wire_fills_secret_and_ca_bundles(stand_in: tuple[StandIn, KubernetesTlsApi]) -> None:
     state, api = stand_in
     tls = TlsSettings(namespace=NS, service_name=MWC, secret_name=SECRET, webhook_configuration_name=MWC)
-    bundle = bootstrap_certificate(api, WebhookSettings(tls=tls), NOW)
+    bundle = bootstrap_certificate(api, WebhookSettings(tls=tls), NOW).bundle
     assert base64.b64decode(state.secret["data"]["tls.crt"]).decode() == bundle.cert_pem
     assert state.secret["metadata"]["labels"] == {"app": "tessera"}  # a patch, not a replace
     bundles = {base64.b64decode(h["clientConfig"]["caBundle"]).decode() for h in state.mwc["webhooks"]}
@@ -116,7 +116,7 @@ def test_bootstrap_over_the_wire_fills_secret_and_ca_bundles(stand_in: tuple[Sta
     # a strategic merge patch carrying resourceVersion (a precondition); RFC 6902 for the caBundle
     assert state.content_types == ["application/strategic-merge-patch+json", "application/json-patch+json"]
     # a second replica reads and reuses it
-    assert bootstrap_certificate(api, WebhookSettings(tls=tls), NOW + dt.timedelta(days=1)) == bundle
+    assert bootstrap_certificate(api, WebhookSettings(tls=tls), NOW + dt.timedelta(days=1)).bundle == bundle
 
 
 def test_stale_write_and_missing_objects_map_to_kube_errors(stand_in: tuple[StandIn, KubernetesTlsApi]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from webhook_helpers import NOW, InMemoryTlsApi, start_webhook
 
 from tessera.kube.api import NotFound
-from tessera.webhook.server import bootstrap_certificate, renew_loop
+from tessera.webhook.server import CertificateState, ServerSettings, bootstrap_certificate, renew_loop
 from tessera.webhook.settings import TlsSettings, WebhookSettings
 from tessera.webhook.tls import CertBundle, SecretState, bundle_problem, ensure_certificate, generate_bundle, sync_ca_bundle
 
@@ -28,7 +28,7 @@ def _api(data: dict[str, str] | None = None) -> InMemoryTlsApi:
 
 def test_first_replica_generates_and_stores_a_bundle_and_sets_ca_bundle() -> None:
     api = _api()
-    bundle = bootstrap_certificate(api, SETTINGS, NOW)
+    bundle = bootstrap_certificate(api, SETTINGS, NOW).bundle
     assert api.writes == 1
     assert CertBundle.from_secret_data(api.read_secret(TLS.namespace, TLS.secret_name).data) == bundle
     assert bundle_problem(bundle, TLS.dns_names(), NOW, dt.timedelta(days=30)) is None
@@ -37,8 +37,8 @@ def test_first_replica_generates_and_stores_a_bundle_and_sets_ca_bundle() -> Non
 
 def test_second_replica_reuses_the_stored_bundle() -> None:
     api = _api()
-    first = bootstrap_certificate(api, SETTINGS, NOW)
-    second = bootstrap_certificate(api, SETTINGS, NOW + dt.timedelta(days=1))
+    first = bootstrap_certificate(api, SETTINGS, NOW).bundle
+    second = bootstrap_certificate(api, SETTINGS, NOW + dt.timedelta(days=1)).bundle
     assert second == first
     assert api.writes == 1
 
@@ -73,7 +73,7 @@ def test_unusable_stored_bundle_is_replaced(make: object, fragment: str) -> None
 
 def test_ca_bundle_sync_is_a_no_op_when_already_trusted() -> None:
     api = _api()
-    bundle = bootstrap_certificate(api, SETTINGS, NOW)
+    bundle = bootstrap_certificate(api, SETTINGS, NOW).bundle
     assert sync_ca_bundle(api, TLS.webhook_configuration_name, bundle.ca_pem) is False
 
 
@@ -84,8 +84,8 @@ def test_missing_secret_is_reported() -> None:
 
 
 def test_renew_loop_swaps_in_a_changed_bundle_and_stops() -> None:
-    current = generate_bundle(TLS.dns_names(), NOW)
-    renewed = generate_bundle(TLS.dns_names(), NOW)
+    current = CertificateState(generate_bundle(TLS.dns_names(), NOW), ca_trusted=True)
+    renewed = CertificateState(generate_bundle(TLS.dns_names(), NOW), ca_trusted=True)
     applied: list[CertBundle] = []
     stop = threading.Event()
 
@@ -93,18 +93,46 @@ def test_renew_loop_swaps_in_a_changed_bundle_and_stops() -> None:
         applied.append(bundle)
         stop.set()
 
-    thread = threading.Thread(target=renew_loop, args=(stop, 0.01, lambda: renewed, apply, current))
+    settings = ServerSettings(certificate_check_interval_s=0.01)
+    thread = threading.Thread(target=renew_loop, args=(stop, settings, lambda: renewed, apply, current))
     thread.start()
     thread.join(10)
     assert not thread.is_alive()
-    assert applied == [renewed]
+    assert applied == [renewed.bundle]
+
+
+def test_webhook_configuration_created_after_the_webhook_gets_its_ca_bundle() -> None:
+    # Pulumi creates the configuration only once the Deployment is ready: start without it.
+    api = _api()
+    del api.webhooks[TLS.webhook_configuration_name]
+    first = bootstrap_certificate(api, SETTINGS, NOW)
+    assert first.ca_trusted is False
+    stop = threading.Event()
+    calls = {"n": 0}
+
+    def renew() -> CertificateState:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            api.webhooks[TLS.webhook_configuration_name] = ["", ""]  # kubectl/Pulumi creates it now
+        state = bootstrap_certificate(api, SETTINGS, NOW)
+        if state.ca_trusted:
+            stop.set()
+        return state
+
+    # a long check interval: only the short retry interval can get here in time
+    settings = ServerSettings(certificate_check_interval_s=3600, ca_retry_interval_s=0.01)
+    thread = threading.Thread(target=renew_loop, args=(stop, settings, renew, lambda _b: None, first))
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert api.ca_bundles(TLS.webhook_configuration_name) == [first.bundle.ca_pem] * 2
 
 
 def test_server_presents_the_bootstrapped_certificate_to_a_client_trusting_the_ca_bundle() -> None:
     api = _api()
     tls = dataclasses.replace(TLS, service_name="localhost")  # the test client connects to "localhost"
     settings = dataclasses.replace(SETTINGS, tls=tls)
-    bundle = bootstrap_certificate(api, settings, dt.datetime.now(dt.timezone.utc))
+    bundle = bootstrap_certificate(api, settings, dt.datetime.now(dt.timezone.utc)).bundle
     server, thread = start_webhook(settings, bundle)
     try:
         ca_bundle = api.ca_bundles(TLS.webhook_configuration_name)[0]  # what the API server would trust
@@ -118,3 +146,20 @@ def test_server_presents_the_bootstrapped_certificate_to_a_client_trusting_the_c
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def test_serving_certificate_is_renewed_under_the_same_ca_so_trust_never_breaks() -> None:
+    old = generate_bundle(TLS.dns_names(), NOW - dt.timedelta(days=350))  # leaf expires in 15 days
+    api = _api(old.to_secret_data())
+    api.webhooks[TLS.webhook_configuration_name] = [old.ca_pem, old.ca_pem]
+    state = bootstrap_certificate(api, SETTINGS, NOW)
+    assert state.bundle.cert_pem != old.cert_pem
+    assert state.bundle.ca_pem == old.ca_pem  # replicas still serving the old leaf stay trusted
+    assert api.ca_bundles(TLS.webhook_configuration_name) == [old.ca_pem, old.ca_pem]
+    assert bundle_problem(state.bundle, TLS.dns_names(), NOW, dt.timedelta(days=30)) is None
+
+
+def test_bundle_without_ca_key_is_replaced_whole() -> None:
+    old = dataclasses.replace(generate_bundle(TLS.dns_names(), NOW - dt.timedelta(days=350)), ca_key_pem="")
+    fresh = ensure_certificate(_api(old.to_secret_data()), TLS, NOW)
+    assert fresh.ca_pem != old.ca_pem

@@ -122,7 +122,9 @@ def localhost_bundle() -> CertBundle:
     return generate_bundle(("localhost",), dt.datetime.now(dt.timezone.utc))
 
 
-def start_webhook(settings: WebhookSettings, bundle: CertBundle) -> tuple[WebhookHttpServer, threading.Thread]:
+def start_webhook(
+    settings: WebhookSettings, bundle: CertBundle, server: ServerSettings = ServerSettings(host="127.0.0.1", port=0), stop: threading.Event | None = None
+) -> tuple[WebhookHttpServer, threading.Thread]:
     started: list[WebhookHttpServer] = []
     ready = threading.Event()
 
@@ -130,9 +132,7 @@ def start_webhook(settings: WebhookSettings, bundle: CertBundle) -> tuple[Webhoo
         started.append(server)
         ready.set()
 
-    thread = threading.Thread(
-        target=serve, args=(ServerSettings(host="127.0.0.1", port=0), settings, bundle), kwargs={"ready": on_ready}, daemon=True
-    )
+    thread = threading.Thread(target=serve, args=(server, settings, bundle), kwargs={"ready": on_ready, "stop": stop}, daemon=True)
     thread.start()
     assert ready.wait(10), "webhook did not start"
     return started[0], thread
@@ -177,7 +177,9 @@ class InMemoryTlsApi:
         self.secrets[(namespace, name)] = SecretState(data=data, resource_version=str(self._version))
 
     def ca_bundles(self, webhook_configuration: str) -> list[str]:
+        if webhook_configuration not in self.webhooks:
+            raise NotFound(f"mutatingwebhookconfigurations {webhook_configuration}")
         return list(self.webhooks[webhook_configuration])
 
     def set_ca_bundle(self, webhook_configuration: str, ca_pem: str) -> None:
-        self.webhooks[webhook_configuration] = [ca_pem for _ in self.webhooks[webhook_configuration]]
+        self.webhooks[webhook_configuration] = [ca_pem for _ in self.ca_bundles(webhook_configuration)]

@@ -1,0 +1,50 @@
+"""Node labels and taints for `provider: existing`, where no node pool component sets them.
+
+On TKE the node pool gives every node its pool's labels and GPU taint. On an existing cluster the
+nodes are already there, selected per pool by `nodeSelector`; this renders the `kubectl` commands
+that give them the same labels and taint (the same functions the TKE node pool uses), so the node
+DaemonSet, gpu-operator and the extender see the same node as on TKE. Labels are node state, not
+objects a GitOps tool can own, hence a reviewed script instead of manifests.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from components.tke.labels_taints import AnyPool, _build_pool_labels, _build_pool_taints
+
+if TYPE_CHECKING:
+    from components.config.stack import StackConfig
+
+
+def _selector(pool: AnyPool) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
+
+
+def pool_commands(pool: AnyPool) -> list[str]:
+    """kubectl commands that label and taint every node the pool's selector matches (idempotent)."""
+    selector = shlex.quote(_selector(pool))
+    labels = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(_build_pool_labels(pool).items()))
+    commands = [f"kubectl label nodes -l {selector} --overwrite {labels}"]
+    for taint in _build_pool_taints(pool):
+        commands.append(f"kubectl taint nodes -l {selector} --overwrite {shlex.quote(f'{taint.key}={taint.value}:{taint.effect}')}")
+    return commands
+
+
+def label_script(config: StackConfig, source: str) -> str | None:
+    """A bash script for existing clusters; None on TKE (node pools carry the labels there)."""
+    if not config.cluster.is_existing:
+        return None
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Rendered by `tessera render` from {source}: node labels and taints of each pool (provider existing).",
+        "# Run once with a kubeconfig for the cluster, and again when nodes join a pool. Idempotent.",
+        "set -euo pipefail",
+    ]
+    for pool in sorted(config.node_pools, key=lambda p: p.name):
+        if not pool.node_selector:
+            lines.append(f"# pool {pool.name}: no nodeSelector in the stack; label its nodes by hand")
+            continue
+        lines.append(f"# pool {pool.name} ({pool.kind})")
+        lines.extend(pool_commands(pool))  # type: ignore[arg-type]  # NodePool members are the AnyPool union
+    return "\n".join(lines) + "\n"

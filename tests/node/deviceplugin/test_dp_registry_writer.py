@@ -1,0 +1,35 @@
+"""The registry writer keeps writes off container starts, but never starves them."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tessera.contract import GpuShare
+from tessera_node.agent.registry import ContainerName, ContainerRegistry, PodUid, RegisteredContainer
+from tessera_node.deviceplugin.plugin import RegistryWriter
+
+RECORD = RegisteredContainer(PodUid("u1"), "ns", "p", ContainerName("main"), (GpuShare(0, "GPU-a", 30, 1024),))
+
+
+def test_a_record_is_written_even_while_containers_keep_starting(tmp_path: Path) -> None:
+    registry = ContainerRegistry(tmp_path)
+    writer = RegistryWriter(registry, quiet_s=0.05, max_delay_s=0.1)
+    writer.submit(RECORD)
+    written_during_activity = False
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and not written_during_activity:
+        writer.note_activity()  # a start every 10 ms: never 50 ms of quiet
+        time.sleep(0.01)
+        written_during_activity = registry.get(RECORD.key) is not None
+    writer.close()
+    assert written_during_activity
+
+
+def test_close_writes_everything_still_queued(tmp_path: Path) -> None:
+    registry = ContainerRegistry(tmp_path)
+    writer = RegistryWriter(registry, quiet_s=10.0, max_delay_s=10.0)
+    records = [RegisteredContainer(PodUid(f"u{i}"), "ns", f"p{i}", ContainerName("main"), RECORD.shares) for i in range(3)]
+    for record in records:
+        writer.submit(record)
+    writer.close()
+    assert sorted(r.pod_name for r in registry.all()) == ["p0", "p1", "p2"]
