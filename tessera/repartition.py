@@ -224,31 +224,48 @@ def apply_layout(
     report = ApplyReport()
     for node in sorted(api.list_nodes(label_selector=f"{LABEL_POOL}={plan.pool}"), key=lambda n: str(n["metadata"]["name"])):
         name = str(node["metadata"]["name"])
+        current = (node.get("metadata") or {}).get("labels") or {}
         changes = label_changes(node, labels)
-        has_layout = LABEL_LAYOUT in ((node.get("metadata") or {}).get("labels") or {})
-        if not changes or (new_nodes_only and has_layout):
-            report.unchanged.append(name)
+        if not changes or (new_nodes_only and LABEL_LAYOUT in current):
+            if plan.one_node_at_a_time and not changes and current.get(LABEL_MIG_CONFIG_STATE) == "failed":
+                # already labelled by an earlier run whose reconfiguration failed: keep it visible
+                report.failed[name] = "mig-manager reported nvidia.com/mig.config.state=failed for this layout earlier"
+            else:
+                report.unchanged.append(name)
             continue
         if dry_run:
             report.changed.append(name)
-            continue
-        if plan.one_node_at_a_time:
-            busy = _wait(lambda: _busy_reason(api, name), settings.idle_timeout_s, settings.poll_interval_s, clock, sleep)
-            if busy is not None:
-                report.failed[name] = f"not re-partitioned: {busy} after {settings.idle_timeout_s:.0f}s"
-                continue
-        if plan.one_node_at_a_time:
-            # Mark the change pending in the same patch: the node still says "success" from its
-            # previous layout until mig-manager notices, and we must not read that as done.
-            changes[LABEL_MIG_CONFIG_STATE] = "pending"
-        api.patch_node_labels(name, changes)
-        report.changed.append(name)
-        if plan.one_node_at_a_time:
-            pending = _wait(lambda: _mig_state_reason(api, name), settings.reconfigure_timeout_s, settings.poll_interval_s, clock, sleep)
-            if pending is not None:
-                report.failed[name] = pending
-                break  # do not take a second node down while this one is not back
+        elif not plan.one_node_at_a_time:
+            api.patch_node_labels(name, changes)
+            report.changed.append(name)
+        elif not _switch_mig_node(api, name, changes, report, settings, clock, sleep):
+            break  # do not take a second node down while this one is not back
     return report
+
+
+def _switch_mig_node(
+    api: KubeApi,
+    name: str,
+    changes: dict[str, str],
+    report: ApplyReport,
+    settings: RolloutSettings,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> bool:
+    """Wait for the node's GPU pods to end, relabel, wait for mig-manager. False = stop the rollout."""
+    busy = _wait(lambda: _busy_reason(api, name), settings.idle_timeout_s, settings.poll_interval_s, clock, sleep)
+    if busy is not None:
+        report.failed[name] = f"not re-partitioned: {busy} after {settings.idle_timeout_s:.0f}s"
+        return True  # this node keeps its layout; the next one may be idle
+    # Mark the change pending in the same patch: the node still says "success" from its previous
+    # layout until mig-manager notices, and that must not be read as done.
+    api.patch_node_labels(name, {**changes, LABEL_MIG_CONFIG_STATE: "pending"})
+    report.changed.append(name)
+    pending = _wait(lambda: _mig_state_reason(api, name), settings.reconfigure_timeout_s, settings.poll_interval_s, clock, sleep)
+    if pending is not None:
+        report.failed[name] = pending
+        return False
+    return True
 
 
 def _busy_reason(api: KubeApi, node: str) -> tuple[str | None, bool]:

@@ -23,7 +23,6 @@ class SchedulerConfig(ConfigModel):
 
     placement: NodePlacement = Field(default="fragmentation-aware", description="Node choice: binpack fills nodes, spread balances them, fragmentation-aware leaves the fewest stranded GPU fractions.")
     replicas: int = Field(default=2, ge=1, le=5, description="kube-scheduler replicas (leader elected).")
-    extender_replicas: int = Field(default=1, ge=1, le=5, description="Extender replicas; one leader binds, others stand by.")
     weight: int = Field(default=5, ge=1, le=100, description="Weight of the extender's prioritize score in kube-scheduler.")
     http_timeout_seconds: float = Field(default=5.0, gt=0, le=60, description="kube-scheduler's timeout for each extender call.")
     log_level: LogLevel = Field(default="info", description="Extender log level.")

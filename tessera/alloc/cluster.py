@@ -91,6 +91,11 @@ class Cluster:
             self._policies[name] = found
         return found
 
+    def install_policy(self, impl: Policy) -> None:
+        """Use this policy object for its name (tuned settings, benchmarks, ablations)."""
+        self._policies[impl.name] = impl
+        self._index = BestNodeIndex()
+
     def _make_policy(self, name: PlacementPolicy) -> Policy:
         if name is PlacementPolicy.FGD:
             return FgdPolicy(self._fixed_mix or self.mix.snapshot())

@@ -150,10 +150,10 @@ class FgdPolicy(_FragPolicyBase):
         return Evaluation((float(sigmoid_score(increase)),), choice)
 
 
-def sigmoid_score(increase: float) -> int:
+def sigmoid_score(increase: float, scale: float = 100.0) -> int:
     """FGD's node score: 0..100, 50 for no change, lower as fragmentation grows."""
     x = -increase / MILLI_PER_GPU
-    return int(100.0 / (1.0 + math.exp(-x))) if x > -700 else 0
+    return int(scale / (1.0 + math.exp(-x))) if x > -700 else 0
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,11 @@ class FragAwareSettings:
     sigmoid_bands: bool = True
     """Default off: when on, bands are FGD's `int(100 * sigmoid(-increase / 1000))` (coarser for
     large increases) instead of fixed-width `tolerance_milli` bands."""
-    node_size_preference: int = 0
-    """Default 0 (none): +1 prefers nodes with fewer GPUs among equal bands (keeps big nodes whole),
+    band_scale: float = 100.0
+    """Default 100 (FGD's): number of sigmoid bands; fewer bands mean more ties for the fixed node
+    ranking to consolidate."""
+    node_size_preference: int = 1
+    """Default +1: prefers nodes with fewer GPUs among equal bands (keeps big nodes whole; 0 = off),
     -1 prefers bigger nodes. Applied before the fixed node ranking."""
     prefer_in_use: bool = False
     """Default on: among equal increases, a node already in use beats an untouched one, which keeps
@@ -193,7 +196,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         increase, choice, idle_after = result
         st = self.settings
         if st.sigmoid_bands:
-            banded = float(sigmoid_score(increase))
+            banded = float(sigmoid_score(increase, st.band_scale))
         elif st.tolerance_milli > 0:
             banded = -math.floor(increase / st.tolerance_milli + 1e-9)
         else:

@@ -6,7 +6,6 @@ so kube-scheduler does not even call it for them.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
@@ -30,11 +29,14 @@ NOT_SHARED: Final = "not a Tessera shared GPU node (no tessera.dev/gpus inventor
 _UNRESOLVABLE: Final = frozenset({FitFailure.UNKNOWN_NODE, FitFailure.GPU_MODEL})
 
 PodSink = Callable[[KubeObject], KubeObject]
-_RECENT_PODS: Final = 256  # pods whose filter results are kept for their prioritize call
 
 
 def _message(reason: str) -> str:
     return f"tessera: {reason}"
+
+
+_MESSAGES: Final = {failure: _message(failure.value) for failure in FitFailure}
+_NOT_SHARED_MESSAGE: Final = _message(NOT_SHARED)
 
 
 class Extender:
@@ -44,9 +46,6 @@ class Extender:
         self._binder = binder
         self._ready = ready
         self._pod_sink = pod_sink
-        # kube-scheduler calls /prioritize right after /filter for the same pod; while the
-        # cluster model has not changed in between, filter's evaluations are the answer
-        self._recent: OrderedDict[str, tuple[int, dict[str, Evaluation | FitFailure]]] = OrderedDict()
 
     def _request(self, args: ExtenderArgs) -> tuple[KubeObject, PodRequest]:
         pod = self._pod_sink(args.pod) if self._pod_sink is not None else args.pod
@@ -66,30 +65,18 @@ class Extender:
         with self._state.lock:
             self._state.observe_once(request)
             held = self._state.held_node(request.uid)
-            evaluate = self._state.cluster.evaluate
-            evaluations: dict[str, Evaluation | FitFailure] = {}
-            for name in names:
-                if name == held:
-                    feasible.append(name)  # its own reservation (rebuilt after a restart)
-                    continue
-                result = evaluations[name] = evaluate(request, name)
-                if isinstance(result, Evaluation):
-                    feasible.append(name)
-                elif result is FitFailure.UNKNOWN_NODE:
-                    unresolvable[name] = _message(NOT_SHARED)
-                elif result in _UNRESOLVABLE:
-                    unresolvable[name] = _message(result.value)
-                else:
-                    failed[name] = _message(result.value)
-            self._remember(request.uid, evaluations)
+            evaluations = self._state.evaluations(request, [n for n in names if n != held])
+        for name in names:
+            result = evaluations.get(name)
+            if result is None or isinstance(result, Evaluation):
+                feasible.append(name)  # None: its own reservation (rebuilt after a restart)
+            elif result is FitFailure.UNKNOWN_NODE:
+                unresolvable[name] = _NOT_SHARED_MESSAGE
+            elif result in _UNRESOLVABLE:
+                unresolvable[name] = _MESSAGES[result]
+            else:
+                failed[name] = _MESSAGES[result]
         return self._result(args, feasible, failed, unresolvable)
-
-    def _remember(self, uid: str, evaluations: dict[str, Evaluation | FitFailure]) -> None:
-        """Caller holds the state lock."""
-        self._recent[uid] = (self._state.generation, evaluations)
-        self._recent.move_to_end(uid)
-        while len(self._recent) > _RECENT_PODS:
-            self._recent.popitem(last=False)
 
     @staticmethod
     def _result(args: ExtenderArgs, feasible: list[str], failed: dict[str, str], unresolvable: dict[str, str]) -> ExtenderFilterResult:
@@ -109,10 +96,7 @@ class Extender:
             return [HostPriority(n, 0) for n in names]
         with self._state.lock:
             held = self._state.held_node(request.uid)
-            recent = self._recent.get(request.uid)
-            known = recent[1] if recent is not None and recent[0] == self._state.generation else {}
-            evaluate = self._state.cluster.evaluate
-            evaluations = {n: known.get(n) or evaluate(request, n) for n in names if n != held}
+            evaluations = self._state.evaluations(request, [n for n in names if n != held])
         scores = _scale(evaluations)
         if held is not None and held in names:
             # the pod already holds GPUs there (rebuilt reservation): going back re-uses them

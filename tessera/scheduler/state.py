@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from tessera.alloc import Cluster, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
+from tessera.alloc import Cluster, Evaluation, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
 from tessera.alloc import node_state_from_k8s, pod_request_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
 from tessera.contract import ANNOTATION_ALLOCATION, LABEL_POOL_KIND, Allocation
 from tessera.kube.api import KubeObject
+from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,7 @@ class SchedulerState:
         self._node_fingerprints: dict[str, str] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.inconsistencies = 0  # records that could not be restored (should stay 0)
-        # bumped on every change of the cluster model: results computed at one generation are
-        # still valid while it has not moved (lets /prioritize reuse /filter's evaluations)
-        self.generation = 0
+        self.views = EvaluationViews()  # every change of a node must be reported to it
 
     # --- nodes ----------------------------------------------------------------------------------
     def apply_node(self, node: KubeObject) -> None:
@@ -118,7 +117,7 @@ class SchedulerState:
             self._replace_inventory(state)
 
     def _replace_inventory(self, state: NodeState) -> None:
-        self.generation += 1
+        self.views.touched(state.name)
         old = self.cluster.nodes.get(state.name)
         wanted_health = {g.index: g.healthy for g in state.gpus}
         if old is not None:
@@ -140,7 +139,7 @@ class SchedulerState:
 
     def remove_node(self, name: str) -> None:
         with self.lock:
-            self.generation += 1
+            self.views.touched(name)
             self._node_fingerprints.pop(name, None)
             for uid in self.cluster.remove_node(name):
                 self._entries.pop(uid, None)
@@ -190,7 +189,7 @@ class SchedulerState:
             entry.holding = holding
             return
         self._release(uid)
-        self.generation += 1
+        self.views.touched(allocation.node)
         try:
             request = pod_request_from_k8s(pod)
             self.cluster.restore(request, allocation)
@@ -221,8 +220,9 @@ class SchedulerState:
 
     def _release(self, uid: PodUid) -> None:
         self._entries.pop(uid, None)
-        if self.cluster.release(uid) is not None:
-            self.generation += 1
+        placement = self.cluster.release(uid)
+        if placement is not None:
+            self.views.touched(placement.node)
 
     # --- scheduling -----------------------------------------------------------------------------
     def observe_once(self, request: PodRequest) -> None:
@@ -232,8 +232,11 @@ class SchedulerState:
         self._seen[request.uid] = None
         if len(self._seen) > self.settings.seen_pods_limit:
             self._seen.popitem(last=False)
-        self.cluster.observe(request)
-        self.generation += 1  # the workload mix (and so fragmentation scores) may have moved
+        self.cluster.observe(request)  # may start a new epoch; the views notice it
+
+    def evaluations(self, request: PodRequest, names: Iterable[str]) -> dict[str, Evaluation | FitFailure]:
+        """The production policy's answer for every node in `names` (caller holds the lock)."""
+        return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate)
 
     def held_node(self, uid: PodUid) -> str | None:
         """The node a pod already holds capacity on (its own share must not count against it)."""
@@ -251,7 +254,7 @@ class SchedulerState:
                 self.cluster.reserve(request, placement)
             except ReserveConflict:
                 return FitFailure.GPU
-            self.generation += 1
+            self.views.touched(node)
             self._entries[request.uid] = PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, self._clock())
             return placement
 
@@ -261,7 +264,7 @@ class SchedulerState:
             entry = self._entries.get(request.uid)
             if entry is None or entry.node != allocation.node or self.cluster.pod(request.uid) is None:
                 self._release(request.uid)
-                self.generation += 1
+                self.views.touched(allocation.node)
                 try:
                     self.cluster.restore(request, allocation)
                 except ReserveConflict:

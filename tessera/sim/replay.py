@@ -134,6 +134,9 @@ def replay(
     for done, pod in enumerate(arrivals, start=1):
         if learns:
             cluster.observe(pod)
+        # A point for x% is the state after the last pod that keeps the arrived request <= x%.
+        while marks and (requested + pod.gpu_milli_total) * 100 > marks[0] * capacity:
+            points.append(Point(marks.pop(0), round(allocated * 100 / capacity, 4), failed))
         placement = cluster.schedule(pod)
         requested += pod.gpu_milli_total
         if placement is None:
@@ -143,10 +146,10 @@ def replay(
         else:
             cluster.reserve(pod, placement)
             allocated += pod.gpu_milli_total
-        while marks and requested * 100 >= marks[0] * capacity:
-            points.append(Point(marks.pop(0), round(allocated * 100 / capacity, 4), failed))
         if on_progress is not None and (done % step == 0 or done == len(arrivals)):
             on_progress(done, len(arrivals))
+    while marks and requested * 100 >= marks[0] * capacity:
+        points.append(Point(marks.pop(0), round(allocated * 100 / capacity, 4), failed))
     points.append(Point(round(requested * 100 / capacity, 4), round(allocated * 100 / capacity, 4), failed))
     return ReplayResult(settings.policy, capacity // 1000, len(arrivals), failed, tuple(points), failed_by_shape)
 

@@ -1,0 +1,1 @@
+"""Mutating admission webhook: scheduler name, qGPU aliases, allocation env (see docs/webhook.md)."""

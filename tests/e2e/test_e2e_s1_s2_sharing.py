@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from e2e_cluster import E2ECluster, job_pod
+from e2e_cluster import E2ECluster, PodRefused, job_pod, wait_until
 from e2e_stack import node_labels, node_taints, nvidia_pool, runs_on, shared_pool, stack
 
 from tessera.contract import (
@@ -24,6 +24,7 @@ from tessera.contract import (
     Allocation,
 )
 from tessera.manifests.stack import gpu_operator_release
+from tessera_node.agent.registry import ContainerRegistry
 
 T4_MIB = 15360
 
@@ -102,6 +103,29 @@ def test_s2_container_sees_its_5gib_limit_and_its_gpu(mixed: E2ECluster) -> None
     assert env["NVIDIA_VISIBLE_DEVICES"] == _gpu_of(pod), "the container sees exactly the GPU recorded on the pod"
     assert views["main"].env_conflicts == ()
     mixed.delete("default", "s2-5g")
+
+
+@pytest.mark.parametrize(("enforcement", "stopped"), [("enforce", True), ("warn", False)])
+def test_s2_job_over_its_gpu_memory_is_stopped_or_warned(enforcement: str, stopped: bool) -> None:
+    cluster = E2ECluster(stack(shared_pool(memoryEnforcement=enforcement)))
+    try:
+        pod, _ = cluster.submit_and_run(job_pod("s2-greedy", {GPU_CORE: 40, GPU_MEMORY: 5120}))
+        node = cluster.nodes["t4-shared-0"]
+        assert wait_until(lambda: len(ContainerRegistry(node.settings.state_dir).all()) == 1), "registered at PreStartContainer"
+        cluster.start_process(pod, "main", sm_pct=50, memory_mib=6144)  # allocates 6 GiB of its 5 GiB
+        cluster.start_agent("t4-shared-0")
+        node.tick(1.0)
+        events = [e for e in cluster.api.list_events() if e.get("involvedObject", {}).get("name") == "s2-greedy"]
+        assert [e["type"] for e in events] == ["Warning"], "the user is told, with a Kubernetes event"
+        assert "5120 MiB" in events[0]["message"]
+        assert (node.backend.processes() == []) is stopped
+    finally:
+        cluster.close()
+
+
+def test_s2_a_container_cannot_take_gpus_from_both_device_plugins(mixed: E2ECluster) -> None:
+    with pytest.raises(PodRefused, match="nvidia.com/gpu"):
+        mixed.create(job_pod("s2-both", {GPU_CORE: 50, NVIDIA_GPU: 1}))
 
 
 @pytest.mark.parametrize(("placement", "same_gpu"), [("binpack", True), ("spread", False)])

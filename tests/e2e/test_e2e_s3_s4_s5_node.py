@@ -62,6 +62,31 @@ def test_s3_policy_decides_the_compute_cap(policy: str) -> None:
         cluster.close()
 
 
+def test_s3_burst_share_time_slices_contention_by_gpu_core_and_lends_idle_compute() -> None:
+    cluster = E2ECluster(stack(shared_pool(policy="burst-share")))
+    try:
+        big, _ = cluster.submit_and_run(job_pod("s3b-60", {GPU_CORE: 60, GPU_MEMORY: 6144}))
+        small, _ = cluster.submit_and_run(job_pod("s3b-30", {GPU_CORE: 30, GPU_MEMORY: 3072}))
+        assert wait_until(lambda: _registered(cluster, 2))
+        node = cluster.nodes[NODE]
+        cgroups = {"s3b-60": cluster.start_process(big, "main", sm_pct=90), "s3b-30": cluster.start_process(small, "main", sm_pct=90)}
+        cluster.start_agent(NODE)
+        assert node.cgroups is not None
+        running = {"s3b-60": 0, "s3b-30": 0}
+        for _ in range(40):  # two 2 s control periods at the default 100 ms tick
+            node.tick(0.1)
+            now_running = [name for name, path in cgroups.items() if not node.cgroups.is_frozen_requested(path)]
+            assert len(now_running) == 1, "under contention exactly one of them owns the GPU at a time"
+            running[now_running[0]] += 1
+        assert abs(running["s3b-60"] - 2 * running["s3b-30"]) <= 3, f"GPU time follows gpu-core 60:30, got {running}"
+        node.backend.remove_process(node.pids[(small["metadata"]["uid"], "main")])  # the 30 % job finishes
+        for _ in range(40):
+            node.tick(0.1)
+        assert not node.cgroups.is_frozen_requested(cgroups["s3b-60"]), "alone, it may use the idle compute"
+    finally:
+        cluster.close()
+
+
 # --- S4 -------------------------------------------------------------------------------------------
 def test_s4_offline_job_pauses_while_online_job_works_and_resumes_after() -> None:
     cluster = E2ECluster(stack(shared_pool(policy="best-effort", online_offline=True, offlineResumeIdleSeconds=2.0)))

@@ -149,3 +149,26 @@ def test_s9_policy_edit_reaches_running_nodes_without_restarts() -> None:
         assert agent.build_view().gpus[0].mps_daemon_running, "the agent applies fixed-share from the pools file"
     finally:
         cluster.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="integration gap: the node DaemonSet mounts the pools file into both containers "
+    "(TESSERA_POOLS_FILE), the agent reads it first (agent/pools.py pool_policy_for_node), but the device "
+    "plugin decides MPS mounts and TESSERA_SHARING_POLICY from node labels only (deviceplugin/plugin.py "
+    "_read_node -> pool_policy_from_node_labels); on provider existing a policy edit changes the pools "
+    "file but not the labels until nodes/label-nodes.sh is re-run, so the agent runs an MPS daemon the "
+    "container is never given the pipe directory for",
+)
+def test_s9_policy_edit_in_the_pools_file_alone_reaches_the_device_plugin() -> None:
+    cluster = E2ECluster(stack(shared_pool(policy="best-effort")))
+    try:
+        cluster.pools_file.write_text(Rendered(stack(shared_pool(policy="fixed-share"))).configmap_file("tessera-pools", "pools.json"))
+        agent = cluster.start_agent("t4-shared-0")
+        _, views = cluster.submit_and_run(job_pod("s9-file-only", {GPU_CORE: 30}))
+        assert wait_until(lambda: len(agent.deps.registry.all()) == 1)
+        cluster.nodes["t4-shared-0"].tick(1.0)
+        assert agent.build_view().gpus[0].mps_daemon_running, "the agent follows the pools file: fixed-share"
+        assert views["main"].env["TESSERA_SHARING_POLICY"] == "fixed-share", "the device plugin disagrees with the agent"
+    finally:
+        cluster.close()

@@ -255,3 +255,11 @@ def test_cli_process_names_the_scheduled_pools_for_an_unknown_pool(plan_file: Pa
     assert result.returncode == 2
     assert "scheduled pools: frac, infer" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_node_left_failed_by_an_earlier_run_keeps_the_job_failing() -> None:
+    labels = {**MIG.layout(0).labels, LABEL_MIG_CONFIG_STATE: "failed"}
+    api = _cluster(("m0", "infer", labels))
+    time = FakeTime()
+    report = apply_layout(api, MIG, 0, clock=time.clock, sleep=time.sleep)
+    assert not report.ok and "earlier" in report.failed["m0"]

@@ -157,3 +157,40 @@ def test_pools_configmap_carries_each_shared_pool_policy() -> None:
     pools = json.loads(cm["data"][POOLS_CONFIGMAP_KEY])
     expected = {p.name: p.sharing.policy for p in config.node_pools if p.kind == "shared"}  # type: ignore[attr-defined]
     assert {name: body["policy"] for name, body in pools.items()} == expected
+
+
+def _objects_in(d: Declared, group: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = d.named(group).inputs["objs"]
+    return found
+
+
+def test_each_pool_gets_what_its_kind_needs_under_pulumi(declared: tuple[StackConfig, Declared]) -> None:
+    import json
+
+    from tessera.contract import device_plugin_config_name, mig_config_name
+    from tessera.manifests.nvidia import DEVICE_PLUGIN_CONFIGMAP, MIG_PARTED_CONFIGMAP
+
+    config, d = declared
+    groups = {r.name for r in d.of_type(CONFIG_GROUP)}
+    shared = [p for p in config.node_pools if p.kind == "shared"]
+    if shared:
+        assert {"p-extender", "p-scheduler", "p-node"} <= groups
+        cm = next(o for o in _objects_in(d, "p-platform") if o["kind"] == "ConfigMap" and o["metadata"]["name"] == POOLS_CONFIGMAP)
+        pools = json.loads(cm["data"][POOLS_CONFIGMAP_KEY])
+        for pool in shared:
+            sharing = pool.sharing  # type: ignore[attr-defined]
+            assert (pools[pool.name]["policy"], pools[pool.name]["placement"]) == (sharing.policy, sharing.placement)
+    else:
+        assert not {"p-extender", "p-scheduler", "p-node"} & groups
+    per_pool_plugin = [p for p in config.node_pools if p.kind in ("mig", "timeslice")]
+    if per_pool_plugin:
+        nvidia_objs = _objects_in(d, "p-nvidia")
+        plugin_cm = next(o for o in nvidia_objs if o["metadata"]["name"] == DEVICE_PLUGIN_CONFIGMAP)
+        assert {device_plugin_config_name(p.name) for p in per_pool_plugin} <= set(plugin_cm["data"])
+        mig_pools = [p for p in per_pool_plugin if p.kind == "mig"]
+        if mig_pools:
+            parted = next(o for o in nvidia_objs if o["metadata"]["name"] == MIG_PARTED_CONFIGMAP)
+            text = "\n".join(parted["data"].values())
+            assert all(f"{mig_config_name(p.name)}:" in text for p in mig_pools)
+            (chart,) = d.of_type(CHART)
+            assert chart.inputs["values"]["migManager"]["enabled"] is True

@@ -106,3 +106,11 @@ def test_leader_election_lease_is_the_one_the_role_allows(stack: BuiltStack) -> 
 @pytest.mark.parametrize(("seconds", "text"), [(5.0, "5s"), (1.5, "1500ms"), (30, "30s")])
 def test_http_timeout_is_a_go_duration(seconds: float, text: str) -> None:
     assert scheduler.go_duration(seconds) == text
+
+
+def test_no_two_objects_share_an_identity(stack: BuiltStack) -> None:
+    """Pulumi and kubectl would fight over a duplicated Kind/namespace/name."""
+    from tessera.manifests.objects import object_id
+
+    ids = [object_id(o) for _, o in stack.objects()]
+    assert sorted({i for i in ids if ids.count(i) > 1}) == []

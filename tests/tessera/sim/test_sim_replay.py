@@ -60,11 +60,11 @@ def test_replay_points_follow_the_paper_definitions(tmp_path: Path, policy: Plac
 def test_shuffle_and_inflation_are_seeded(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
     pods = load_pods(pods_csv)
-    a = arrival_order(pods, ReplaySettings(order=Order.SHUFFLE, inflate=1.3, seed=1), 6000)
-    b = arrival_order(pods, ReplaySettings(order=Order.SHUFFLE, inflate=1.3, seed=1), 6000)
-    c = arrival_order(pods, ReplaySettings(order=Order.SHUFFLE, inflate=1.3, seed=2), 6000)
+    a = arrival_order(pods, ReplaySettings(order=Order.SHUFFLE, inflate=1.3, seed=1), 12000)
+    b = arrival_order(pods, ReplaySettings(order=Order.SHUFFLE, inflate=1.3, seed=1), 12000)
+    c = arrival_order(pods, ReplaySettings(order=Order.SHUFFLE, inflate=1.3, seed=2), 12000)
     assert [p.uid for p in a] == [p.uid for p in b] != [p.uid for p in c]
-    assert sum(p.gpu_milli_total for p in a) >= 1.3 * 6000 > sum(p.gpu_milli_total for p in a[:-1])
+    assert sum(p.gpu_milli_total for p in a) >= 1.3 * 12000 > sum(p.gpu_milli_total for p in a[:-1])
 
 
 def test_compare_averages_seeds_into_a_table(tmp_path: Path) -> None:
