@@ -84,6 +84,12 @@ def bind(conn: Conn, pod: dict[str, Any], node: str) -> str:
     return str(conn.post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node})["Error"])
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), to tell our cost from the machine's load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -140,6 +146,7 @@ def main() -> int:
         # 2. filter + prioritize latency at that load, NodeNames with every node as candidate
         latencies: list[float] = []
         filter_only: list[float] = []
+        server_cpu = cpu_seconds(proc.pid)
         for _ in range(args.probes):
             pod, _ = next_pod()
             t0 = time.perf_counter()
@@ -150,10 +157,12 @@ def main() -> int:
                 conn.post("prioritize", {"Pod": pod, "NodeNames": feasible})
             latencies.append(time.perf_counter() - t0)
             filter_only.append(t1 - t0)
+        server_cpu = cpu_seconds(proc.pid) - server_cpu
         print(f"filter+prioritize over HTTP, {len(names)} nodes / {capacity_gpus} GPUs, {args.probes} probes: "
               f"p50 {1000 * statistics.median(latencies):.2f} ms, p90 {1000 * pct(latencies, 0.9):.2f} ms, "
               f"p99 {1000 * pct(latencies, 0.99):.2f} ms, max {1000 * max(latencies):.2f} ms "
-              f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms)")
+              f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms); "
+              f"extender CPU {1000 * server_cpu / args.probes:.2f} ms per filter+prioritize on average")
 
         # 3. bind throughput: filter first, then bind concurrently. Each pod goes to a different
         # feasible node (round robin) so the figure is binds completed, not capacity races lost.

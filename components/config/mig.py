@@ -1,10 +1,21 @@
-"""MIG layouts: resolving named layouts, checking that a layout fits a GPU, the resources it yields."""
+"""MIG layouts: resolving named layouts, checking that a layout fits a GPU, the resources it yields.
+
+Also the cluster-wide MIG strategy: gpu-operator has one `mig.strategy` for the whole cluster (it
+sets `MIG_STRATEGY` on every device plugin, which outranks a per-config `flags.migStrategy`), so
+the resources a mig pool really advertises follow the cluster's strategy, not the pool's own.
+`tessera plan` (components.config.plan) and the device plugin configs (tessera.manifests) both
+use the functions below, so the plan names exactly the resources the rendered configs produce.
+"""
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from components.config.catalog import GpuModelSpec
 from tessera.contract import NVIDIA_GPU
 
 MigCounts = dict[str, int]
+MigStrategy = Literal["single", "mixed"]
 
 
 def resolve_layout(model: GpuModelSpec, layout: str | dict[str, int]) -> MigCounts | None:
@@ -56,3 +67,30 @@ def mig_resources(strategy: str, counts: MigCounts) -> tuple[str, ...]:
     if strategy == "single":
         return (NVIDIA_GPU,)
     return tuple(f"nvidia.com/mig-{name}" for name in counts)
+
+
+def cluster_mig_strategy(pool_strategies: Iterable[str]) -> MigStrategy:
+    """The one strategy gpu-operator runs with, given each mig pool's strategy: `mixed` as soon as
+    one pool asks for it (a mixed layout cannot be advertised under `single`), else `single` (also
+    gpu-operator's default; on GPUs with MIG disabled both advertise whole GPUs as nvidia.com/gpu)."""
+    return "mixed" if any(s == "mixed" for s in pool_strategies) else "single"
+
+
+def mig_replicas(
+    pool_strategy: str, cluster_strategy: str, counts: MigCounts, replicas: int | Mapping[str, int] | None
+) -> dict[str, int]:
+    """Time-slicing replicas per resource the layout yields under the cluster's strategy.
+
+    A pool written for `single` names its slices `nvidia.com/gpu`; when the cluster runs `mixed`
+    the same slices appear as `nvidia.com/mig-<profile>`, so that entry is renamed. Resources the
+    layout does not yield (a scheduled layout without that profile) are dropped.
+    """
+    if replicas is None:
+        return {}
+    resources = mig_resources(cluster_strategy, counts)
+    if isinstance(replicas, int):
+        return {r: replicas for r in resources}
+    wanted = dict(replicas)
+    if pool_strategy == "single" and cluster_strategy == "mixed" and NVIDIA_GPU in wanted and len(counts) == 1:
+        wanted = {f"nvidia.com/mig-{next(iter(counts))}": wanted.pop(NVIDIA_GPU), **wanted}
+    return {r: wanted[r] for r in resources if r in wanted}

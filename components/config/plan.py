@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from components.config.mig import mig_resources, resolve_layout
+from components.config.mig import MigStrategy, cluster_mig_strategy, mig_replicas, mig_resources, resolve_layout
 from components.config.pools import MigPool, PoolBase, SharedPool, TimeslicePool
 from components.config.stack import StackConfig
 from tessera.contract import CORE_PER_GPU, GPU_CORE, GPU_MEMORY, NVIDIA_GPU
@@ -165,6 +165,11 @@ def _layout_text(layout: int | str | dict[str, int], pool: PoolBase) -> str:
     return str(layout)
 
 
+def stack_mig_strategy(cfg: StackConfig) -> MigStrategy:
+    """gpu-operator's one MIG strategy for this stack (`mixed` when any mig pool is mixed)."""
+    return cluster_mig_strategy(p.mig.strategy for p in cfg.node_pools if isinstance(p, MigPool))
+
+
 def _kind_plan(pool: PoolBase, cfg: StackConfig) -> tuple[dict[str, int], list[str], list[str]]:
     """(capacity per node, details, node components) for the pool's kind."""
     gpus, model = pool.gpus_per_node(), pool.gpu_spec()
@@ -179,12 +184,16 @@ def _kind_plan(pool: PoolBase, cfg: StackConfig) -> tuple[dict[str, int], list[s
         capacity = {GPU_CORE: CORE_PER_GPU * gpus, GPU_MEMORY: model.memory_mib * gpus}
         return capacity, details, [TESSERA_DEVICE_PLUGIN, TESSERA_NODE_AGENT, *dcgm]
     if isinstance(pool, MigPool):
+        # resource names follow gpu-operator's one cluster-wide strategy, not the pool's own
+        strategy = stack_mig_strategy(cfg)
         counts = resolve_layout(model, pool.mig.profile) or {}
-        resources = mig_resources(pool.mig.strategy, counts)
-        replicas = pool.time_slicing.replicas_for(resources) if pool.time_slicing else {}
-        per_gpu = [counts[name] for name in counts] if pool.mig.strategy == "mixed" else [next(iter(counts.values()), 0)]
+        resources = mig_resources(strategy, counts)
+        replicas = mig_replicas(pool.mig.strategy, strategy, counts, pool.time_slicing.replicas if pool.time_slicing else None)
+        per_gpu = [counts[name] for name in counts] if strategy == "mixed" else [next(iter(counts.values()), 0)]
         capacity = {res: n * gpus * replicas.get(res, 1) for res, n in zip(resources, per_gpu, strict=True)}
-        details = [f"MIG {pool.mig.strategy}: per GPU " + ", ".join(f"{k} x{v}" for k, v in counts.items()), f"{sum(counts.values()) * gpus} MIG slices per node"]
+        details = [f"MIG {strategy}: per GPU " + ", ".join(f"{k} x{v}" for k, v in counts.items()), f"{sum(counts.values()) * gpus} MIG slices per node"]
+        if strategy != pool.mig.strategy:
+            details.append(f"pool asks for {pool.mig.strategy}; gpu-operator runs {strategy} cluster-wide (another mig pool is {strategy})")
         details += [f"time-slicing {res} x{n}" for res, n in replicas.items()]
         plugin = NVIDIA_DEVICE_PLUGIN_TIME_SLICING if replicas else NVIDIA_DEVICE_PLUGIN
         return capacity, details, [plugin, MIG_MANAGER, *dcgm]

@@ -44,6 +44,8 @@ class FragmentationMeasure:
             w = s.weight
             if weighting == "gpu":  # weight a shape by the GPU it asks for, not by its pod count
                 w *= max(s.gpu_count * s.gpu_milli, 1) / MILLI_PER_GPU
+            elif weighting == "multi" and s.gpu_count > 1:  # an N-GPU pod weighs like N pods
+                w *= s.gpu_count
             shapes.append(
                 _Shape(
                     s.gpu_count,

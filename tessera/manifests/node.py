@@ -1,11 +1,12 @@
 """The node DaemonSet: Tessera device plugin + node isolation agent, on `shared` pools only.
 
-One pod per shared node, two containers, least privilege per container:
+One pod per shared node, three containers, least privilege per container:
 
 | container | runs | privileged | why |
 | --- | --- | --- | --- |
 | device-plugin | `tessera node device-plugin` | no (uid 0, all capabilities dropped) | writes its socket into the root-owned kubelet directory; NVML through the NVIDIA runtime |
 | agent | `tessera node agent` | yes | cgroup freezer writes, the MPS control daemon, stopping processes of other pods |
+| lease-guard | `tessera node agent --lease-guard` | yes | thaws cgroups whose freeze lease expired, so a crashed or hung agent never leaves work frozen |
 
 `hostPID` (pod-wide) lets the agent map NVML process ids to pods through `/proc/<pid>/cgroup` and
 signal them. Host paths are exactly these (nothing else of the host is visible):
@@ -152,6 +153,25 @@ def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
     }
 
 
+def _lease_guard_container(settings: PlatformSettings) -> dict[str, Any]:
+    # A separate container so that an agent killed with SIGKILL (OOM, crash) cannot take the guard
+    # with it: freezes expire here even while the agent restarts.
+    return {
+        "name": "lease-guard",
+        "image": settings.tessera_image,
+        "imagePullPolicy": settings.pull_policy,
+        "command": ["tessera", "node", "agent", "--lease-guard"],
+        "env": _common_env(),
+        "resources": resources("10m", "32Mi", "200m", "128Mi"),
+        "securityContext": {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True},
+        "volumeMounts": [
+            {"name": "cgroup", "mountPath": CGROUP_DIR},
+            {"name": "state", "mountPath": STATE_DIR},
+            tmp_mount(),
+        ],
+    }
+
+
 def _daemonset(settings: PlatformSettings) -> KubeObject:
     pod_spec = {
         "serviceAccountName": NAME,
@@ -165,7 +185,7 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
         "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 30,  # the agent thaws frozen containers on SIGTERM
         **settings.pull_secrets_spec(),
-        "containers": [_device_plugin_container(settings), _agent_container(settings)],
+        "containers": [_device_plugin_container(settings), _agent_container(settings), _lease_guard_container(settings)],
         "volumes": [
             _host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
             _host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),

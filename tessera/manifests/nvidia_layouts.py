@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from components.config.mig import resolve_layout
+from components.config.mig import MigStrategy, mig_replicas, resolve_layout
+from components.config.mig import cluster_mig_strategy as mig_cluster_strategy
 from components.config.pools import MigPool, PoolBase, SharedPool, TimeSlicingConfig, TimeslicePool
 from components.config.stack import StackConfig
 from tessera.contract import NVIDIA_GPU, device_plugin_config_name, mig_config_name
 from tessera.repartition import layout_config_name
 
-MigStrategy = Literal["single", "mixed"]
 DEFAULT_DEVICE_PLUGIN_CONFIG: Final = "default"
 MIG_DISABLED_CONFIG: Final = "all-disabled"
 
@@ -60,10 +60,9 @@ class DevicePluginEntry:
 
 
 def cluster_mig_strategy(config: StackConfig) -> MigStrategy:
-    """`mixed` if any mig pool is mixed, else `single` (also gpu-operator's default; on GPUs with MIG
-    disabled both strategies advertise whole GPUs as nvidia.com/gpu)."""
-    pools = [p for p in config.node_pools if isinstance(p, MigPool)]
-    return "mixed" if any(p.mig.strategy == "mixed" for p in pools) else "single"
+    """`mixed` if any mig pool is mixed, else `single` (components.config.mig.cluster_mig_strategy,
+    which `tessera plan` uses too)."""
+    return mig_cluster_strategy(p.mig.strategy for p in config.node_pools if isinstance(p, MigPool))
 
 
 def _counts(pool: MigPool, layout: str | dict[str, int]) -> dict[str, int]:
@@ -92,24 +91,10 @@ def mig_layout_entries(config: StackConfig) -> list[MigLayoutEntry]:
     return entries
 
 
-def _mig_resources(strategy: MigStrategy, counts: dict[str, int]) -> list[str]:
-    return [NVIDIA_GPU] if strategy == "single" else [f"nvidia.com/mig-{profile}" for profile in counts]
-
-
 def _mig_replicas(pool: MigPool, counts: dict[str, int], strategy: MigStrategy) -> dict[str, int]:
     """Time-slicing replicas for the resources this layout yields under the cluster's strategy."""
     ts = pool.time_slicing
-    if ts is None:
-        return {}
-    resources = _mig_resources(strategy, counts)
-    if isinstance(ts.replicas, int):
-        return {r: ts.replicas for r in resources}
-    wanted = dict(ts.replicas)
-    if pool.mig.strategy == "single" and strategy == "mixed" and NVIDIA_GPU in wanted and len(counts) == 1:
-        # the pool was written for `single` (slices appear as nvidia.com/gpu); the cluster runs
-        # `mixed`, where the same slices appear under their profile name
-        wanted = {f"nvidia.com/mig-{next(iter(counts))}": wanted.pop(NVIDIA_GPU), **wanted}
-    return {r: wanted[r] for r in resources if r in wanted}
+    return mig_replicas(pool.mig.strategy, strategy, counts, ts.replicas if ts is not None else None)
 
 
 def _entry(name: str, replicas: dict[str, int], ts: TimeSlicingConfig | None) -> DevicePluginEntry:

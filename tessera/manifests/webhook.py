@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from components.config.pools import SharedPool
 from components.config.stack import StackConfig
-from tessera.contract import LABEL_NAMESPACE_QGPU_ALIASES, QGPU_CORE, QGPU_MEMORY
+from tessera.contract import LABEL_NAMESPACE_QGPU_ALIASES, PRIORITY_CLASS_CRITICAL, QGPU_CORE, QGPU_MEMORY
 from tessera.manifests.kube_version import has_match_conditions
 from tessera.manifests.objects import (
     KubeObject,
@@ -144,7 +144,7 @@ def _deployment(config: StackConfig, settings_text: str) -> KubeObject:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": True,  # it reads/writes its Secret and caBundle
-        "priorityClassName": "system-cluster-critical",
+        "priorityClassName": PRIORITY_CLASS_CRITICAL,  # ours: some clusters admit system-* only in kube-system
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": 10,
         "containers": [container],

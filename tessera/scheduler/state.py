@@ -139,6 +139,8 @@ class SchedulerState:
 
     def remove_node(self, name: str) -> None:
         with self.lock:
+            if name not in self.cluster.nodes and name not in self._node_fingerprints:
+                return  # not a Tessera node (e.g. a CPU node's heartbeat): nothing changes
             self.views.touched(name)
             self._node_fingerprints.pop(name, None)
             for uid in self.cluster.remove_node(name):

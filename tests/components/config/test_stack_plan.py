@@ -70,3 +70,32 @@ def test_plan_json_has_totals() -> None:
     data = _plan("prod").to_json()
     assert data["totals"]["gpus"] == {"min": 8, "desired": 8, "max": 32}
     assert data["pools"][2]["capacityPerNode"]["nvidia.com/mig-1g.5gb"] == 16
+
+
+SINGLE_POOL = {"name": "s", "kind": "mig", "instanceType": "GT4.4XLARGE96", "mig": {"strategy": "single", "profile": "all-1g.5gb"}, "timeSlicing": {"replicas": {"nvidia.com/gpu": 2}}}
+MIXED_POOL = {"name": "m", "kind": "mig", "instanceType": "GT4.4XLARGE96", "mig": {"strategy": "mixed", "profile": "all-balanced"}}
+
+
+@pytest.mark.parametrize(
+    ("pools", "strategy", "single_pool_capacity"),
+    [
+        # only single pools: gpu-operator runs single, slices are nvidia.com/gpu
+        ([SINGLE_POOL], "single", {"nvidia.com/gpu": 14}),
+        # one mixed pool makes the whole cluster mixed: the single pool's slices get profile names,
+        # and its nvidia.com/gpu time-slicing entry follows them
+        ([SINGLE_POOL, MIXED_POOL], "mixed", {"nvidia.com/mig-1g.5gb": 14}),
+    ],
+)
+def test_mig_resource_names_follow_the_cluster_wide_strategy(pools: list[dict[str, object]], strategy: str, single_pool_capacity: dict[str, int]) -> None:
+    from tessera.manifests.nvidia_layouts import cluster_mig_strategy, device_plugin_entries
+
+    cfg = from_pulumi_mapping(edit(TKE_BASE, "nodePools", pools))
+    plan = plan_stack(cfg)
+    single = plan.pools[0]
+    assert single.capacity_per_node == single_pool_capacity
+    assert f"MIG {strategy}: per GPU 1g.5gb x7" in single.details
+    assert any("gpu-operator runs mixed" in d for d in single.details) is (strategy == "mixed")
+    # the plan names the resources the rendered device plugin config time-slices
+    assert cluster_mig_strategy(cfg) == strategy
+    entry = next(e for e in device_plugin_entries(cfg) if e.name == "tessera-s")
+    assert set(entry.replicas) == set(single_pool_capacity)

@@ -12,7 +12,7 @@ from tessera.manifests.rbac import BUILTIN_ROLES, FORBIDDEN_ROLES
 
 WORKLOAD_KINDS: Final = ("Deployment", "DaemonSet", "StatefulSet", "Job")
 # The only privileged container in all of Tessera, and why: cgroup freezer, MPS daemon, stopping processes.
-PRIVILEGED_ALLOWED: Final = {(node.NAME, "agent")}
+PRIVILEGED_ALLOWED: Final = {(node.NAME, "agent"), (node.NAME, "lease-guard")}
 NODE_HOST_PATHS: Final = {
     "/var/lib/kubelet/device-plugins",
     "/var/lib/kubelet/pod-resources",
@@ -78,7 +78,7 @@ def test_every_pod_runs_as_its_own_rendered_service_account(stack: BuiltStack) -
             assert o.get("automountServiceAccountToken") is False, o["metadata"]["name"]
 
 
-def test_only_the_node_agent_is_privileged(stack: BuiltStack) -> None:
+def test_only_the_node_agent_and_its_lease_guard_are_privileged(stack: BuiltStack) -> None:
     privileged = {
         (name, c["name"])
         for name, spec in _pod_specs(stack)

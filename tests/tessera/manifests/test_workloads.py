@@ -129,5 +129,5 @@ def test_every_priority_class_a_pod_names_exists(stack: BuiltStack) -> None:
         if o["kind"] in ("Deployment", "DaemonSet"):
             name = o["spec"]["template"]["spec"].get("priorityClassName")
             assert name is None or name in rendered | builtin, o["metadata"]["name"]
-            if o["metadata"]["name"] in (extender.NAME, node.NAME, "tessera-scheduler"):
+            if o["metadata"]["name"] in (extender.NAME, node.NAME, "tessera-scheduler", "tessera-webhook"):
                 assert name in rendered  # our own: some clusters admit system-* only in kube-system
