@@ -90,6 +90,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def mix_epoch(conn: Conn) -> float:
+    for line in conn.get("/metrics").splitlines():
+        if line.startswith("tessera_extender_mix_epoch "):
+            return float(line.split()[1])
+    return 0.0
+
+
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -147,6 +154,7 @@ def main() -> int:
         latencies: list[float] = []
         filter_only: list[float] = []
         server_cpu = cpu_seconds(proc.pid)
+        epoch = mix_epoch(conn)
         for _ in range(args.probes):
             pod, _ = next_pod()
             t0 = time.perf_counter()
@@ -158,11 +166,13 @@ def main() -> int:
             latencies.append(time.perf_counter() - t0)
             filter_only.append(t1 - t0)
         server_cpu = cpu_seconds(proc.pid) - server_cpu
+        epochs = mix_epoch(conn) - epoch
         print(f"filter+prioritize over HTTP, {len(names)} nodes / {capacity_gpus} GPUs, {args.probes} probes: "
               f"p50 {1000 * statistics.median(latencies):.2f} ms, p90 {1000 * pct(latencies, 0.9):.2f} ms, "
               f"p99 {1000 * pct(latencies, 0.99):.2f} ms, max {1000 * max(latencies):.2f} ms "
               f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms); "
-              f"extender CPU {1000 * server_cpu / args.probes:.2f} ms per filter+prioritize on average")
+              f"extender CPU {1000 * server_cpu / args.probes:.2f} ms per filter+prioritize on average; "
+              f"{epochs:.0f} workload-mix epoch changes during the probes")
 
         # 3. bind throughput: filter first, then bind concurrently. Each pod goes to a different
         # feasible node (round robin) so the figure is binds completed, not capacity races lost.
@@ -200,7 +210,7 @@ def main() -> int:
         print(f"binds: {len(decided)} with {args.threads} client threads in {elapsed:.2f} s = {len(decided) / elapsed:.0f} binds/s "
               f"({len(errors)} refused: capacity taken meanwhile)")
         metrics = conn.get("/metrics")
-        wanted = ("tessera_extender_allocated_gpu ", "tessera_extender_pods ", "tessera_extender_binds_total")
+        wanted = ("tessera_extender_allocated_gpu ", "tessera_extender_pods ", "tessera_extender_binds_total", "tessera_extender_mix_epoch ")
         for line in metrics.splitlines():
             if line.startswith(wanted):
                 print("  " + line)

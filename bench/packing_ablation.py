@@ -30,6 +30,7 @@ VARIANTS: dict[str, tuple[FragAwareSettings, bool]] = {  # name -> (settings, le
     "lin50": (replace(BASE, sigmoid_bands=False, tolerance_milli=50.0), True),
     "scale50": (replace(BASE, band_scale=50.0), True),
     "scale200": (replace(BASE, band_scale=200.0), True),
+    "podweight": (replace(BASE, multi_gpu_weighting=False), True),
     "nosize": (replace(BASE, node_size_preference=0), True),
     "inuse": (replace(BASE, prefer_in_use=True), True),
     "idle": (replace(BASE, prefer_fewer_idle=True), True),

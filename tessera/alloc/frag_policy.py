@@ -166,6 +166,10 @@ class FragAwareSettings:
     sigmoid_bands: bool = True
     """Default off: when on, bands are FGD's `int(100 * sigmoid(-increase / 1000))` (coarser for
     large increases) instead of fixed-width `tolerance_milli` bands."""
+    multi_gpu_weighting: bool = True
+    """Default on: in the fragmentation expectation an N-GPU pod shape weighs like N pods (FGD
+    weighs every pod shape by its pod count, so 8-GPU pods, 0.5 % of pods but 4 % of the GPU
+    demand, hardly count and whole nodes get broken up)."""
     band_scale: float = 100.0
     """Default 100 (FGD's): number of sigmoid bands; fewer bands mean more ties for the fixed node
     ranking to consolidate."""
@@ -186,8 +190,9 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     faithful = False
 
     def __init__(self, snapshot: MixSnapshot, settings: FragAwareSettings | None = None) -> None:
-        super().__init__(snapshot)
         self.settings = settings or FragAwareSettings()
+        self.weighting = "multi" if self.settings.multi_gpu_weighting else "pods"
+        super().__init__(snapshot)
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = self._evaluate(node, pod)

@@ -80,6 +80,8 @@ class MixSettings:
     """Default 64 pods: until then the prior (whole single-GPU pods) is used; then snapshots are
     considered after 64, 256, 1024, 4096 pods and every `max_interval` pods after that, because
     the estimate's noise shrinks with the pods seen and a snapshot costs a rescoring of nodes."""
+    snapshot_growth: int = 4
+    """Default 4: check points grow geometrically by this factor (64, 256, 1024, ...)."""
     max_interval: int = 4096
     """Default 4096 pods between snapshot checks once the estimate has settled."""
     min_weight: float = 0.002
@@ -132,7 +134,7 @@ class WorkloadMix:
         """The mix policies should use now: a new epoch only at a check point and after drift."""
         if self._seen < self._next_check:
             return self._snapshot
-        self._next_check = self._seen + min(self.settings.max_interval, 3 * self._seen)
+        self._next_check = self._seen + min(self.settings.max_interval, (self.settings.snapshot_growth - 1) * self._seen)
         now = {k: w for k, w in self.current().items() if w >= self.settings.min_weight}
         if not now:
             return self._snapshot

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import ConfigError, load_stack_file
-from tessera.manifests.render import GPU_OPERATOR_DIR, NODES_DIR, OWNED_FILE, render_files
+from tessera.manifests.render import NODES_DIR, OWNED_FILE, RELEASE_DIRS, render_files
 
 EXIT_INVALID = 2
 EXIT_IO = 1
@@ -23,7 +23,8 @@ def register(sub: Any) -> None:
         help="write the stack's Kubernetes objects as YAML (one file per component)",
         description=(
             "Render every in-cluster object of a stack into DIR: NN-<component>.yaml in apply order "
-            "(kubectl apply -f DIR), gpu-operator/ with the Helm values and release, and on existing "
+            "(kubectl apply -f DIR), gpu-operator/ and prometheus-adapter/ with each Helm release's values "
+            "and description, and on existing "
             "clusters nodes/label-nodes.sh with the pools' node labels and taints. Output is "
             "identical on every run; files render wrote before and no longer needs are removed."
         ),
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
 
 def _stale(out_dir: Path, keep: set[str]) -> list[Path]:
     stale = [p for p in out_dir.iterdir() if p.is_file() and OWNED_FILE.match(p.name) and p.name not in keep]
-    for sub, suffix in ((GPU_OPERATOR_DIR, ".yaml"), (NODES_DIR, ".sh")):
+    for sub, suffix in (*((d, ".yaml") for d in RELEASE_DIRS), (NODES_DIR, ".sh")):
         if (out_dir / sub).is_dir():
             stale += [p for p in (out_dir / sub).iterdir() if p.is_file() and p.suffix == suffix and f"{sub}/{p.name}" not in keep]
     return sorted(stale)

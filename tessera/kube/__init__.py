@@ -1,0 +1,1 @@
+"""The one Kubernetes API seam: `api.KubeApi` (Protocol), `client` (real), `fake` (in memory)."""

@@ -152,8 +152,11 @@ def build_nvidia_objects(config: StackConfig) -> list[KubeObject]:
     strategy = cluster_mig_strategy(config)
     plugin_data = {e.name: _yaml(device_plugin_document(e, strategy)) for e in device_plugin_entries(config)}
     mig_data = {MIG_PARTED_KEY: _yaml(mig_parted_document(mig_layout_entries(config)))}
+    # The operator may share Tessera's namespace; "platform" creates that one (also privileged),
+    # and two components owning one Namespace would make Pulumi and kubectl fight over it.
+    own_namespace = [_namespace(namespace)] if namespace != config.namespace else []
     return [
-        _namespace(namespace),
+        *own_namespace,
         config_map(DEVICE_PLUGIN_CONFIGMAP, COMPONENT, plugin_data, namespace),
         config_map(MIG_PARTED_CONFIGMAP, COMPONENT, mig_data, namespace),
     ]

@@ -1,8 +1,9 @@
 """Objects -> YAML files, byte-stable: the pure core of `tessera render`.
 
 One file per component, numbered in apply order (`kubectl apply -f DIR` reads files in name order),
-the gpu-operator release in its own sub-directory (a plain `kubectl apply -f DIR` does not
-recurse into it; Helm or Pulumi installs it), and on existing clusters `nodes/label-nodes.sh`. Keys are written in a canonical order (apiVersion,
+each Helm release (gpu-operator, prometheus-adapter) in its own sub-directory named after it (a
+plain `kubectl apply -f DIR` does not recurse into it; Helm or Pulumi installs it), and on existing
+clusters `nodes/label-nodes.sh`. Keys are written in a canonical order (apiVersion,
 kind, metadata first, then sorted), so the bytes depend only on the objects, never on the order a
 builder happened to insert keys in.
 """
@@ -15,12 +16,16 @@ from typing import TYPE_CHECKING, Any, Final
 import yaml
 
 from tessera.manifests.existing_nodes import label_script
-from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, gpu_operator_release
+from tessera.manifests.prometheus_adapter import RELEASE_NAME as PROMETHEUS_ADAPTER_RELEASE
+from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, helm_releases
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
 
 GPU_OPERATOR_DIR: Final = "gpu-operator"
+PROMETHEUS_ADAPTER_DIR: Final = PROMETHEUS_ADAPTER_RELEASE
+# every directory a Helm release may be rendered into (render removes stale files there)
+RELEASE_DIRS: Final = (GPU_OPERATOR_DIR, PROMETHEUS_ADAPTER_DIR)
 NODES_DIR: Final = "nodes"
 LABEL_SCRIPT: Final = f"{NODES_DIR}/label-nodes.sh"
 VALUES_FILE: Final = f"{GPU_OPERATOR_DIR}/values.yaml"
@@ -69,7 +74,16 @@ def _header(source: str, what: str) -> str:
     return f"# Rendered by `tessera render` from {source}: {what}. Do not edit; change the stack file.\n"
 
 
+def release_dir(release: HelmRelease) -> str:
+    """The sub-directory a release is rendered into: its release name (one of RELEASE_DIRS)."""
+    if release.name not in RELEASE_DIRS:
+        raise ValueError(f"no render directory for Helm release {release.name!r}; add it to RELEASE_DIRS")
+    return release.name
+
+
 def _release_files(release: HelmRelease, source: str) -> dict[str, str]:
+    directory = release_dir(release)
+    values_file = f"{directory}/values.yaml"
     values = _header(source, f"values for the {release.chart} Helm chart") + yaml.dump(
         canonical(release.values), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120
     )
@@ -80,12 +94,12 @@ def _release_files(release: HelmRelease, source: str) -> dict[str, str]:
         "repository": release.repository,
         "namespace": release.namespace,
         "valuesFile": "values.yaml",
-        "install": release.helm_command(VALUES_FILE),
+        "install": release.helm_command(values_file),
     }
     text = _header(source, "the Helm release to install, from the output directory (not a Kubernetes object)") + yaml.dump(
         description, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200
     )
-    return {VALUES_FILE: values, RELEASE_FILE: text}
+    return {values_file: values, f"{directory}/release.yaml": text}
 
 
 def render_files(config: StackConfig, source: str) -> dict[str, str]:
@@ -93,8 +107,7 @@ def render_files(config: StackConfig, source: str) -> dict[str, str]:
     files: dict[str, str] = {}
     for component, objects in build_stack(config).items():
         files[component_file(component)] = _header(source, f"component {component}") + dump_documents(objects)
-    release = gpu_operator_release(config)
-    if release is not None:
+    for release in helm_releases(config).values():
         files.update(_release_files(release, source))
     script = label_script(config, source)
     if script is not None:

@@ -4,15 +4,16 @@
 `tessera render` is byte-stable and Pulumi previews show only real changes. `COMPONENT_ORDER` is
 the apply order of the rendered files; Pulumi applies the same groups with explicit dependencies
 (`components.platform`).
-The gpu-operator Helm chart is not a list of objects: `gpu_operator_release(config)` describes it,
-and Pulumi installs it with helm v4 `Chart`, `tessera render` writes its values file.
+The Helm charts (gpu-operator, prometheus-adapter) are not lists of objects: `helm_releases(config)`
+describes them, Pulumi installs each with helm v4 `Chart`, `tessera render` writes each one's
+values file and release description into a directory named after the release.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from tessera.manifests import extender, network, node, nvidia, platform, repartition, scheduler, webhook
+from tessera.manifests import extender, network, node, nvidia, platform, prometheus_adapter, repartition, scheduler, webhook
 from tessera.manifests.objects import KubeObject, sorted_objects
 from tessera.manifests.settings import PlatformSettings, platform_settings
 
@@ -91,3 +92,24 @@ def gpu_operator_release(config: StackConfig) -> HelmRelease | None:
         namespace=chart.namespace,
         values=dict(chart.values),
     )
+
+
+def prometheus_adapter_release(config: StackConfig) -> HelmRelease | None:
+    """prometheus-adapter with the queue-time rule, or None unless the stack asks for it."""
+    chart = prometheus_adapter.prometheus_adapter_chart(config)
+    if chart is None:
+        return None
+    return HelmRelease(
+        name=chart.release_name,
+        chart=chart.chart,
+        version=chart.version,
+        repository=chart.repo,
+        namespace=chart.namespace,
+        values=dict(chart.values),
+    )
+
+
+def helm_releases(config: StackConfig) -> dict[str, HelmRelease]:
+    """Release name -> release, in install order (gpu-operator first), only those the stack needs."""
+    found = (gpu_operator_release(config), prometheus_adapter_release(config))
+    return {r.name: r for r in found if r is not None}

@@ -14,7 +14,8 @@ namespace opt-in, so it needs no permission to read Namespaces.
 
 The certificate is made in the cluster (`tessera.webhook.tls`): the Secret is rendered empty so the
 webhook's Role can pin `get`/`update`/`patch` to its name; the webhook fills it and sets the
-`caBundle` below. Pulumi users should ignore changes to `caBundle` and the Secret's `data`.
+`caBundle` below. Pulumi declares those two objects as typed resources that ignore changes to
+`caBundle` and the Secret's `data` (components/platform/webhook.py), so neither is ever rendered here.
 """
 from __future__ import annotations
 

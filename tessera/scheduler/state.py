@@ -326,6 +326,8 @@ class SchedulerState:
         metrics.pods.set(pods)
         metrics.gpus.set(gpus)
         metrics.allocated_gpu.set(allocated)
+        with self.lock:
+            metrics.mix_epoch.set(self.cluster.policy().epoch)
 
 
 def _inventory(node: NodeState) -> tuple[object, ...]:

@@ -128,6 +128,15 @@ def test_s2_a_container_cannot_take_gpus_from_both_device_plugins(mixed: E2EClus
         mixed.create(job_pod("s2-both", {GPU_CORE: 50, NVIDIA_GPU: 1}))
 
 
+def test_s2_init_container_gpu_shares_are_refused_at_admission(mixed: E2ECluster) -> None:
+    """The extender allocates app containers only; the webhook must not let such a pod in to fail
+    later at PreStartContainer (no allocation for the init container)."""
+    pod = job_pod("s2-init", {GPU_CORE: 20})
+    pod["spec"]["initContainers"] = [{"name": "warmup", "image": "cuda:12", "resources": {"limits": {GPU_CORE: "10"}}}]
+    with pytest.raises(PodRefused, match="init container"):
+        mixed.create(pod)
+
+
 @pytest.mark.parametrize(("placement", "same_gpu"), [("binpack", True), ("spread", False)])
 def test_s2_binpack_shares_one_gpu_spread_uses_both(placement: str, same_gpu: bool) -> None:
     cluster = E2ECluster(stack(shared_pool(placement=placement, instance_type="GN7.10XLARGE160")))

@@ -172,3 +172,12 @@ def test_s9_policy_edit_in_the_pools_file_alone_reaches_the_device_plugin() -> N
         assert views["main"].env["TESSERA_SHARING_POLICY"] == "fixed-share", "the device plugin disagrees with the agent"
     finally:
         cluster.close()
+
+
+def test_s5_card_metrics_come_from_dcgm_exporter_on_shared_nodes_too(prod_config) -> None:  # type: ignore[no-untyped-def]
+    release = gpu_operator_release(prod_config)
+    assert release is not None and release.values["dcgmExporter"]["enabled"] is True
+    shared = (node_labels(prod_config, "a10-shared"), node_taints(prod_config, "a10-shared"))
+    assert runs_on({"tolerations": release.values["daemonsets"]["tolerations"]}, *shared), "dcgm-exporter tolerates shared nodes"
+    agent_metrics = Rendered(prod_config).find("Service", "tessera-node-metrics")
+    assert agent_metrics["spec"]["ports"][0]["port"] != 9400, "the agent's per-container series do not clash with dcgm-exporter's port"

@@ -42,11 +42,20 @@ def test_deployment_targets_a_slice_the_prod_mig_pool_offers() -> None:
     assert {"key": "tessera.dev/gpu", "operator": "Equal", "value": "mig", "effect": "NoSchedule"} in spec["tolerations"]
 
 
-def test_hpa_scales_the_deployment_on_the_metric_the_adapter_exposes() -> None:
+def test_hpa_scales_the_deployment_on_the_metric_the_stacks_adapter_exposes() -> None:
+    from tessera.manifests.stack import prometheus_adapter_release
+
     (hpa,) = _docs("hpa.yaml")
-    (values,) = _docs("prometheus-adapter-values.yaml")
-    exposed = {rule["name"]["as"] for rule in values["rules"]["custom"]}
+    release = prometheus_adapter_release(load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml"))
+    assert release is not None, "the prod stack must install prometheus-adapter for this example"
+    rules = release.values["rules"]["custom"]
+    exposed = {rule["name"]["as"] for rule in rules}
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] in exposed
     assert hpa["spec"]["scaleTargetRef"]["name"] == _deployment()["metadata"]["name"]
+    # the rule reads series carrying the pod's namespace and name, which the PodMonitor adds
     (monitor,) = _docs("podmonitor.yaml")
     assert monitor["spec"]["selector"]["matchLabels"] == _deployment()["spec"]["selector"]["matchLabels"]
+    assert all(rule["resources"]["overrides"]["pod"] == {"resource": "pod"} for rule in rules)
+    container = _deployment()["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"] for p in container["ports"]}
+    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} <= ports

@@ -13,12 +13,15 @@ from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
 
 from components.config import StackConfig, load_stack_file
 from components.platform import TesseraPlatform
+from tessera.manifests.objects import object_id
 from tessera.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
-from tessera.manifests.stack import build_stack, gpu_operator_release
+from tessera.manifests.stack import build_stack, gpu_operator_release, prometheus_adapter_release
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 CHART = "kubernetes:helm.sh/v4:Chart"
+SECRET = "kubernetes:core/v1:Secret"
+MUTATING_WEBHOOK_CONFIGURATION = "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration"
 PLATFORM = "tessera:index:TesseraPlatform"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 
@@ -43,12 +46,14 @@ class RecordingMonitor(MockMonitor):
         self.parents: dict[str, str] = {}
         self.deps: dict[str, list[str]] = {}
         self.names: dict[str, str] = {}
+        self.ignore_changes: dict[str, list[str]] = {}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
         self.parents[response.urn] = request.parent
         self.deps[response.urn] = list(request.dependencies)
         self.names[request.name] = response.urn
+        self.ignore_changes[request.name] = list(request.ignoreChanges)
         return response
 
 
@@ -98,8 +103,60 @@ def test_one_config_group_per_component_with_exactly_the_built_objects(declared:
     built = build_stack(config)
     groups = {r.name.removeprefix("p-"): r for r in d.of_type(CONFIG_GROUP)}
     assert set(groups) == set(built)
+    typed = [r.inputs for r in d.of_type(SECRET) + d.of_type(MUTATING_WEBHOOK_CONFIGURATION)]
     for component, objects in built.items():
-        assert groups[component].inputs["objs"] == objects
+        declared_objects = groups[component].inputs["objs"] + (typed if component == "webhook" else [])
+        # nothing lost or changed on the way into Pulumi (the typed ones field by field)
+        assert sorted(declared_objects, key=object_id) == sorted(objects, key=object_id), component
+
+
+def test_runtime_written_webhook_fields_are_ignored_by_pulumi(declared: tuple[StackConfig, Declared]) -> None:
+    """The webhook fills its Secret's data and the caBundle; an update must not clear them."""
+    config, d = declared
+    secrets, configurations = d.of_type(SECRET), d.of_type(MUTATING_WEBHOOK_CONFIGURATION)
+    if "webhook" not in build_stack(config):
+        assert secrets == [] and configurations == []
+        return
+    (secret,) = secrets
+    (configuration,) = configurations
+    assert secret.inputs["metadata"]["name"] == "tessera-webhook-tls" and "data" not in secret.inputs
+    assert d.monitor.ignore_changes[secret.name] == ["data"]
+    assert d.monitor.ignore_changes[configuration.name] == ["webhooks[*].clientConfig.caBundle"]
+    assert all("caBundle" not in h["clientConfig"] for h in configuration.inputs["webhooks"])
+    # the ConfigGroups keep no copy of either object (two owners would fight)
+    kinds = {o["kind"] for g in d.of_type(CONFIG_GROUP) for o in g.inputs["objs"]}
+    assert "MutatingWebhookConfiguration" not in kinds
+    assert not any(o["kind"] == "Secret" for o in d.named("p-webhook").inputs["objs"])
+    # Secret before the replicas that read it; the configuration once they are ready
+    assert "p-webhook-tls" in d.depends_on("p-webhook")
+    assert {"p-webhook", "p-platform"} <= d.depends_on(configuration.name)
+    for typed in (secret, configuration):
+        assert typed.provider is not None and typed.provider.startswith(d.monitor.names["kubeconfig-provider"])
+        assert d.monitor.parents[d.monitor.names[typed.name]] == d.monitor.names["p"]
+
+
+def test_no_other_resource_ignores_changes(declared: tuple[StackConfig, Declared]) -> None:
+    _, d = declared
+    ignoring = {n for n, paths in d.monitor.ignore_changes.items() if paths}
+    assert ignoring <= {"p-webhook-tls", "p-webhook-configuration"}
+
+
+def test_prometheus_adapter_chart_only_when_asked_with_the_queue_time_rule(declared: tuple[StackConfig, Declared]) -> None:
+    config, d = declared
+    adapters = [c for c in d.of_type(CHART) if c.name == "p-prometheus-adapter"]
+    release = prometheus_adapter_release(config)
+    if not (config.monitoring.enabled and config.monitoring.prometheus_adapter):
+        assert release is None and adapters == []
+        return
+    assert release is not None
+    (chart,) = adapters
+    inputs = chart.inputs
+    assert (inputs["chart"], inputs["version"]) == ("prometheus-adapter", config.monitoring.prometheus_adapter_chart_version)
+    assert inputs["repositoryOpts"]["repo"] == config.monitoring.prometheus_adapter_chart_repository
+    assert inputs["namespace"] == config.namespace  # Tessera's own namespace, created by "platform"
+    assert inputs["values"] == release.values
+    assert [r["name"]["as"] for r in inputs["values"]["rules"]["custom"]] == ["avg_time_queue_us"]
+    assert "p-platform" in d.depends_on(chart.name)
 
 
 def test_every_child_uses_the_kubeconfig_provider(declared: tuple[StackConfig, Declared]) -> None:
@@ -116,7 +173,7 @@ def test_every_child_uses_the_kubeconfig_provider(declared: tuple[StackConfig, D
 
 def test_gpu_operator_chart_only_when_a_pool_needs_it_with_the_stack_values(declared: tuple[StackConfig, Declared]) -> None:
     config, d = declared
-    charts = d.of_type(CHART)
+    charts = [c for c in d.of_type(CHART) if c.name == "p-gpu-operator"]
     release = gpu_operator_release(config)
     if release is None:
         assert charts == []
@@ -135,9 +192,9 @@ def test_gpu_operator_chart_only_when_a_pool_needs_it_with_the_stack_values(decl
     assert {"p-platform", "p-nvidia"} <= d.depends_on(chart.name)
 
 
-def test_prod_declares_the_gpu_operator_chart() -> None:
+def test_prod_declares_the_gpu_operator_and_prometheus_adapter_charts() -> None:
     d = declare(_stack("prod"))
-    assert len(d.of_type(CHART)) == 1
+    assert sorted(c.name for c in d.of_type(CHART)) == ["p-gpu-operator", "p-prometheus-adapter"]
 
 
 def test_groups_wait_for_the_platform_namespace(declared: tuple[StackConfig, Declared]) -> None:
@@ -192,5 +249,5 @@ def test_each_pool_gets_what_its_kind_needs_under_pulumi(declared: tuple[StackCo
             parted = next(o for o in nvidia_objs if o["metadata"]["name"] == MIG_PARTED_CONFIGMAP)
             text = "\n".join(parted["data"].values())
             assert all(f"{mig_config_name(p.name)}:" in text for p in mig_pools)
-            (chart,) = d.of_type(CHART)
+            chart = d.named("p-gpu-operator")
             assert chart.inputs["values"]["migManager"]["enabled"] is True

@@ -35,7 +35,7 @@ def test_prod_renders_identical_bytes_twice_whatever_the_hash_seed(tmp_path: Pat
     # one file per component in apply order, and the gpu-operator release beside them
     components = build("prod").components
     assert [n for n in a if "/" not in n] == [f"{i:02d}-{c}.yaml" for i, c in _numbered(components)]
-    assert {"gpu-operator/values.yaml", "gpu-operator/release.yaml"} <= set(a)
+    assert {"gpu-operator/values.yaml", "gpu-operator/release.yaml", "prometheus-adapter/values.yaml", "prometheus-adapter/release.yaml"} <= set(a)
 
 
 def _numbered(components: Mapping[str, object]) -> list[tuple[int, str]]:
@@ -83,3 +83,16 @@ def test_invalid_stack_exits_2_with_one_line_per_problem(tmp_path: Path) -> None
 def test_missing_stack_file_exits_2(tmp_path: Path) -> None:
     result = _render(tmp_path / "nope.yaml", tmp_path / "out")
     assert result.returncode == 2 and "no such file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_release_files_of_a_release_the_stack_dropped_are_removed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _render(ROOT / "stacks" / "Pulumi.prod.yaml", out).returncode == 0
+    assert (out / "prometheus-adapter" / "values.yaml").is_file()
+    (out / "prometheus-adapter" / "NOTES.txt").write_text("mine\n")
+    # dev asks for no prometheus-adapter: its rendered files go, files render did not write stay
+    result = _render(ROOT / "stacks" / "Pulumi.dev.yaml", out)
+    assert result.returncode == 0, result.stderr
+    names = set(_tree(out))
+    assert not {"prometheus-adapter/values.yaml", "prometheus-adapter/release.yaml"} & names
+    assert "prometheus-adapter/NOTES.txt" in names

@@ -131,3 +131,19 @@ def test_every_priority_class_a_pod_names_exists(stack: BuiltStack) -> None:
             assert name is None or name in rendered | builtin, o["metadata"]["name"]
             if o["metadata"]["name"] in (extender.NAME, node.NAME, "tessera-scheduler", "tessera-webhook"):
                 assert name in rendered  # our own: some clusters admit system-* only in kube-system
+
+
+def test_every_serving_container_has_a_readiness_probe_and_the_checkov_skip_is_narrow(stack: BuiltStack) -> None:
+    """Only the node's lease-guard (it serves nothing) goes without one; checkov's per-resource
+    skip of CKV_K8S_9 sits on that DaemonSet alone."""
+    without = []
+    for _, o in stack.objects():
+        annotations = o["metadata"].get("annotations", {})
+        skips = [v for k, v in annotations.items() if k.startswith("checkov.io/skip")]
+        if o["kind"] in ("Deployment", "DaemonSet"):
+            containers = o["spec"]["template"]["spec"]["containers"]
+            without += [(o["metadata"]["name"], c["name"]) for c in containers if "readinessProbe" not in c]
+        assert all(s.startswith("CKV_K8S_9=") for s in skips), o["metadata"]["name"]
+        if skips:
+            assert (o["kind"], o["metadata"]["name"]) == ("DaemonSet", node.NAME)
+    assert set(without) <= {(node.NAME, "lease-guard")}
