@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 from components.config.catalog import instance_type
 from components.config.cluster import EXISTING_ONLY_FIELDS, TKE_ONLY_FIELDS, ClusterConfig
-from components.config.mig import mig_resources, resolve_layout
+from components.config.mig import cluster_mig_strategy, mig_resources, resolve_layout
 from components.config.pools import MigPool, PoolBase
 from components.config.problems import Problem, at
 from components.config.rules_pools import pool_problems, unique_name_problems
@@ -154,14 +154,17 @@ def _scheduler_skew_problems(cfg: StackConfig) -> list[Problem]:
 
 def _offered_resources(pools: list[PoolBase]) -> set[str]:
     offered = {GPU_CORE, GPU_MEMORY, NVIDIA_GPU}
-    for pool in pools:
-        if isinstance(pool, MigPool):
-            try:
-                model = pool.gpu_spec()
-            except LookupError:
-                continue
-            counts = resolve_layout(model, pool.mig.profile) or {}
-            offered.update(mig_resources(pool.mig.strategy, counts))
+    mig_pools = [pool for pool in pools if isinstance(pool, MigPool)]
+    # gpu-operator runs one MIG strategy for the whole cluster: a `single` pool in a mixed cluster
+    # offers nvidia.com/mig-<profile>, not nvidia.com/gpu
+    strategy = cluster_mig_strategy(pool.mig.strategy for pool in mig_pools)
+    for pool in mig_pools:
+        try:
+            model = pool.gpu_spec()
+        except LookupError:
+            continue
+        counts = resolve_layout(model, pool.mig.profile) or {}
+        offered.update(mig_resources(strategy, counts))
     return offered
 
 

@@ -155,6 +155,11 @@ GOOD: list[tuple[str, dict[str, Any]]] = [
     ("A30 custom layout", edit(TKE_BASE, "nodePools[2]", {"name": "a30", "kind": "mig", "instanceType": "X.A30", "customInstanceType": True, "gpuModel": "A30", "gpuCount": 1, "mig": {"profile": {"2g.12gb": 1, "1g.6gb": 2}}})),
     ("shared pool schedule", edit(TKE_BASE, "nodePools[1].repartition", [{"cron": "0 8 * * MON-FRI", "timezone": "Asia/Shanghai", "layout": 4}, {"cron": "0 20 * * *", "layout": 1}])),
     ("quota on a mig resource", edit(TKE_BASE, "quotas", [{"namespace": "ml", "gpuMemoryMiB": 1024, "resources": {"nvidia.com/mig-1g.5gb": 4}}])),
+    # the cluster runs `mixed` (pool "mig"), so the `single` pool's slices are nvidia.com/mig-7g.40gb
+    ("quota on a single pool's slices in a mixed cluster", edit(edit(TKE_BASE, "nodePools", [
+        *TKE_BASE["nodePools"],
+        {"name": "mig-single", "kind": "mig", "instanceType": "GT4.4XLARGE96", "mig": {"strategy": "single", "profile": {"7g.40gb": 1}}},
+    ]), "quotas", [{"namespace": "ml", "resources": {"nvidia.com/mig-7g.40gb": 2}}])),
     ("scheduler one minor older", edit(TKE_BASE, "images", {"kubeScheduler": {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.29.8"}})),
     ("existing with a secret kubeconfig", edit(EXISTING_BASE, "cluster.kubeconfig", {"secret": "kubeconfig"})),
 ]
