@@ -19,6 +19,8 @@ from tessera.scheduler.extender_types import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
     HostPriority,
 )
 from tessera.scheduler.metrics import ExtenderMetrics
@@ -103,6 +105,18 @@ class Extender:
             scores = {n: min(s, MAX_EXTENDER_PRIORITY - 1) for n, s in scores.items()}
             scores[held] = MAX_EXTENDER_PRIORITY
         return [HostPriority(n, scores.get(n, 0)) for n in names]
+
+    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
+        """Keep the nodes where evicting kube-scheduler's victims frees the right GPU(s): its
+        own accounting sums gpu-core over the node, which says nothing about single GPUs."""
+        try:
+            _, request = self._request(ExtenderArgs(args.pod))
+        except InvalidRequest:
+            return ExtenderPreemptionResult({}, {})
+        if not request.gpu_containers:
+            return ExtenderPreemptionResult(dict(args.victims), dict(args.pdb_violations))
+        kept = {node: uids for node, uids in args.victims.items() if self._state.fits_after_evicting(request, node, uids)}
+        return ExtenderPreemptionResult(kept, {n: args.pdb_violations.get(n, 0) for n in kept})
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         return self._binder.bind(args)

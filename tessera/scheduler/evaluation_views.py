@@ -6,6 +6,9 @@ A view keeps one shape's answers and a position in the log of touched nodes; a r
 re-evaluates just the nodes logged since, so a cycle over 1213 nodes is dict look-ups plus a
 handful of real evaluations. A new workload-mix epoch (fragmentation scores moved) drops the
 view. Not thread-safe: the state lock guards it.
+
+(Refreshing stale views ahead of time in a background thread was tried and measured worse on the
+2-core development VM: it competes with the request threads for the lock and the GIL.)
 """
 from __future__ import annotations
 

@@ -187,3 +187,58 @@ class ExtenderBindingResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"Error": self.error}
+
+
+@dataclass(frozen=True)
+class ExtenderPreemptionArgs:
+    """Body of /preempt: the victims kube-scheduler picked per node, as pod UIDs. With
+    nodeCacheCapable it sends `NodeNameToMetaVictims` ({"Pods": [{"UID"}], "NumPDBViolations"});
+    otherwise `NodeNameToVictims` with full pods; both are read."""
+
+    pod: KubeObject
+    victims: dict[str, list[str]]
+    pdb_violations: dict[str, int]
+
+    @staticmethod
+    def from_json(data: Any) -> ExtenderPreemptionArgs:
+        body = _object(data, "ExtenderPreemptionArgs")
+        pod = _field(body, "Pod")
+        if not isinstance(pod, Mapping) or not isinstance(pod.get("metadata"), Mapping):
+            raise WireError("field Pod with metadata is required")
+        victims: dict[str, list[str]] = {}
+        pdb: dict[str, int] = {}
+        for key, meta in (("NodeNameToVictims", False), ("NodeNameToMetaVictims", True)):
+            per_node = _field(body, key)
+            if per_node is None:
+                continue
+            for node, entry in _object(per_node, key).items():
+                entry = _object(entry, f"{key}[{node}]")
+                pods = _field(entry, "Pods") or []
+                if not isinstance(pods, list):
+                    raise WireError(f"{key}[{node}].Pods must be a list")
+                uids = []
+                for victim in pods:
+                    victim = _object(victim, "victim pod")
+                    uid = _field(victim, "UID") if meta else (_object(victim.get("metadata") or {}, "metadata").get("uid"))
+                    if not isinstance(uid, str):
+                        raise WireError(f"{key}[{node}]: every victim needs a UID")
+                    uids.append(uid)
+                victims[str(node)] = uids
+                pdb[str(node)] = int(_field(entry, "NumPDBViolations") or 0)
+        return ExtenderPreemptionArgs(dict(pod), victims, pdb)
+
+
+@dataclass(frozen=True)
+class ExtenderPreemptionResult:
+    """Reply of /preempt: the nodes where evicting the victims makes room, with those victims."""
+
+    victims: dict[str, list[str]]
+    pdb_violations: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "NodeNameToMetaVictims": {
+                node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": self.pdb_violations.get(node, 0)}
+                for node, uids in self.victims.items()
+            }
+        }

@@ -22,6 +22,8 @@ from tessera.scheduler.extender_types import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
     HostPriority,
     WireError,
 )
@@ -49,6 +51,7 @@ class ExtenderCore(Protocol):
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult: ...
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]: ...
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult: ...
+    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult: ...
     def health(self) -> tuple[bool, str]: ...
     def refresh_metrics(self, metrics: ExtenderMetrics) -> None: ...
 
@@ -65,6 +68,7 @@ def _post_routes(core: ExtenderCore) -> dict[str, Callable[[Any], Any]]:
         "filter": lambda body: core.filter(ExtenderArgs.from_json(body)).to_json(),
         "prioritize": lambda body: [h.to_json() for h in core.prioritize(ExtenderArgs.from_json(body))],
         "bind": lambda body: core.bind(ExtenderBindingArgs.from_json(body)).to_json(),
+        "preempt": lambda body: core.preempt(ExtenderPreemptionArgs.from_json(body)).to_json(),
     }
 
 
@@ -103,9 +107,11 @@ def _make_handler(core: ExtenderCore, metrics: ExtenderMetrics, settings: Server
             try:
                 length = int(length_header)
             except ValueError:
+                length = -1
+            if length < 0:
                 self.close_connection = True
-                raise _HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {length_header!r}") from None
-            if length < 0 or length > settings.max_body_bytes:
+                raise _HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {length_header!r}")
+            if length > settings.max_body_bytes:
                 # the body is not read, so the connection cannot be reused
                 self.close_connection = True
                 raise _HttpError(
@@ -133,7 +139,7 @@ def _make_handler(core: ExtenderCore, metrics: ExtenderMetrics, settings: Server
             try:
                 raw = self._read_body()  # read first: an unread body would poison the keep-alive stream
                 if route is None:
-                    raise _HttpError(HTTPStatus.NOT_FOUND, f"unknown verb {verb!r}; use filter, prioritize or bind")
+                    raise _HttpError(HTTPStatus.NOT_FOUND, f"unknown verb {verb!r}; use filter, prioritize, bind or preempt")
                 body = self._parse(raw)
                 try:
                     payload = route(body)

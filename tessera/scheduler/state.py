@@ -240,6 +240,21 @@ class SchedulerState:
         """The production policy's answer for every node in `names` (caller holds the lock)."""
         return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate)
 
+    def fits_after_evicting(self, request: PodRequest, node: str, victims: Iterable[str]) -> bool:
+        """Whether `request` fits on `node` once `victims` (pod UIDs) are gone. The victims are
+        released, the node evaluated, and the victims reserved again, all under the lock."""
+        with self.lock:
+            held = [(uid, self.cluster.pod(PodUid(uid)), self.cluster.allocated().get(PodUid(uid))) for uid in victims]
+            evicted = [(req, placement) for _, req, placement in held if req is not None and placement is not None and placement.node == node]
+            for req, _ in evicted:
+                self.cluster.release(req.uid)
+            try:
+                return isinstance(self.cluster.evaluate(request, node), Evaluation)
+            finally:
+                for req, placement in evicted:
+                    self.cluster.reserve(req, placement)  # the same capacity it just had: cannot fail
+                self.views.touched(node)
+
     def held_node(self, uid: PodUid) -> str | None:
         """The node a pod already holds capacity on (its own share must not count against it)."""
         entry = self._entries.get(uid)

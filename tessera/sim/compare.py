@@ -93,10 +93,10 @@ def plot_curves(curves: Sequence[Curve], path: Path, title: str = "") -> None:
         axis.set_xlabel("arrived GPU request (% of capacity)")
         axis.set_ylabel("allocated GPU (% of capacity)")
         axis.grid(alpha=0.3)
-    zoom.set_xlim(85, max((x for c in curves for x, _ in c.points), default=130.0) + 1)
-    ys = [y for c in curves for x, y in c.points if x >= 85]
+    zoom.set_xlim(94, max((x for c in curves for x, _ in c.points), default=130.0) + 1)
+    ys = [y for c in curves for x, y in c.points if x >= 95]
     if ys:
-        zoom.set_ylim(min(ys) - 0.5, max(ys) + 0.5)
+        zoom.set_ylim(min(ys) - 0.2, max(ys) + 0.2)
     zoom.set_title("at high load")
     full.set_title(title or "allocation vs arrival")
     full.legend(fontsize=8)

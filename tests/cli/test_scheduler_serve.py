@@ -101,6 +101,18 @@ def test_simulated_binds_are_recorded_like_in_a_cluster(served: tuple[subprocess
     assert result["NodeNames"] == [] and "GPU" in result["FailedNodes"]["node-b"]
 
 
+def test_unreachable_cluster_exits_1_with_what_to_do(tmp_path: Path) -> None:
+    done = subprocess.run(
+        _tessera("scheduler", "serve", "--kubeconfig", str(tmp_path / "missing-kubeconfig"), "--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "cannot load Kubernetes configuration" in done.stderr and "--kubeconfig" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

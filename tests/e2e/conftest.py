@@ -1,4 +1,4 @@
-"""End-to-end scenario fixtures. The harness lives in `e2e_cluster.py` / `e2e_stack.py` (uniquely
+"""End-to-end scenario fixtures. The harness lives in `e2e_cluster.py`, `e2e_parts.py` and `e2e_stack.py` (uniquely
 named modules); the kube-scheduler emulator is the scheduler tests' own, reused as is."""
 from __future__ import annotations
 

@@ -24,19 +24,20 @@ import shutil
 import ssl
 import tempfile
 import threading
-import time
+
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
+from e2e_parts import EXTENDED, KubeletPodStatus, ManualClock, PodRefused, RecordingApi, job_pod, requested, wait_until
 from e2e_stack import KubeObject, Rendered, node_labels, node_taints, runs_on, selects, tolerates
 from kube_scheduler_emulator import Attempt, ExtenderClient, KubeSchedulerEmulator
 
 from components.config.stack import StackConfig
 from tessera.alloc import PlacementPolicy
-from tessera.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.contract import GPU_CORE, NVIDIA_GPU, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.kube.api import KubeApi
 from tessera.kube.fake import FakeKubeApi
 from tessera.scheduler.http_server import ServerSettings as ExtenderServerSettings
@@ -64,24 +65,6 @@ FAST_PLUGIN = DevicePluginSettings(
     reconcile_s=0.5,
     health=HealthSettings(recovery_quiet_s=0.3, responsiveness_check_s=0.05),
 )
-EXTENDED = (GPU_CORE, GPU_MEMORY, NVIDIA_GPU)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
-@dataclass
-class ManualClock:
-    now: float
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -103,6 +86,7 @@ class SharedNode:
     pids: dict[tuple[str, str], int] = field(default_factory=dict)  # (pod uid, container) -> pid
     container_ids: dict[str, dict[str, str]] = field(default_factory=dict)  # pod uid -> container -> runtime id
     cgroup_dirs: dict[tuple[str, str], Path] = field(default_factory=dict)  # (pod uid, container) -> cgroup
+    calls: set[str] = field(default_factory=set)  # KubeApi methods the node DaemonSet's processes used
 
     def start_agent(self, api: FakeKubeApi, pools_file: Path) -> Agent:
         if self.cgroups is None:
@@ -113,7 +97,7 @@ class SharedNode:
         )
         deps = AgentDeps(
             backend=self.backend, registry=ContainerRegistry(self.settings.state_dir), locator=self.cgroups.locator(),
-            killer=SimulatedKiller(self.backend), kube=cast(KubeApi, KubeletPodStatus(api, self.container_ids)), mps=MpsSupervisor(FakeProcessRunner(), self.root / "mps"),
+            killer=SimulatedKiller(self.backend), kube=cast(KubeApi, RecordingApi(KubeletPodStatus(api, self.container_ids), self.calls)), mps=MpsSupervisor(FakeProcessRunner(), self.root / "mps"),
             monotonic=self.clock, wall=self.wall,
         )
         self.agent = Agent(settings, deps)
@@ -128,26 +112,6 @@ class SharedNode:
         self.cgroups.settle()
 
 
-class KubeletPodStatus:
-    """The API as the node agent reads it: pods carry `status.containerStatuses[].containerID`,
-    which kubelet writes once a container runs (FakeKubeApi has no pod-status write, so the
-    harness adds what kubelet would have written). Everything else goes to the API unchanged."""
-
-    def __init__(self, api: FakeKubeApi, container_ids: Mapping[str, Mapping[str, str]]) -> None:
-        self._api = api
-        self._ids = container_ids
-
-    def list_pods(self, *, node_name: str | None = None, label_selector: str | None = None) -> list[KubeObject]:
-        pods = self._api.list_pods(node_name=node_name, label_selector=label_selector)
-        for pod in pods:
-            ids = self._ids.get(pod["metadata"]["uid"], {})
-            pod.setdefault("status", {})["containerStatuses"] = [{"name": c, "containerID": f"containerd://{i}"} for c, i in sorted(ids.items())]
-        return pods
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._api, name)
-
-
 class E2ECluster:
     def __init__(self, config: StackConfig, *, nodes: Mapping[str, int] | None = None) -> None:
         self.config = config
@@ -159,6 +123,7 @@ class E2ECluster:
         self.pools_file = self.root / "pools.json"
         self.pools_file.write_text(self.rendered.configmap_file(POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY))
         self._closers: list[Callable[[], None]] = []
+        self.extender_calls: set[str] = set()  # KubeApi methods the extender used
         counts = dict(nodes) if nodes is not None else {p.name: 1 for p in config.node_pools}
         for pool in config.node_pools:
             for i in range(counts.get(pool.name, 0)):
@@ -193,10 +158,12 @@ class E2ECluster:
         settings = replace(
             FAST_PLUGIN, node_name=name, device_plugin_dir=root / "dp", pod_resources_socket=root / "pr" / "kubelet.sock", state_dir=root / "state"
         )
+        settings = _with_pools_file(settings, self.pools_file)
         backend = SimulatedBackend.from_spec(gpus, node_seed=name)
         kubelet = KubeletEmulator(settings.device_plugin_dir, settings.pod_resources_socket, self.api).start()
-        plugin = DevicePlugin(settings, backend, self.api, ContainerRegistry(settings.state_dir))
-        node = SharedNode(name, root, backend, kubelet, plugin, settings)
+        calls: set[str] = set()
+        plugin = DevicePlugin(settings, backend, cast(KubeApi, RecordingApi(self.api, calls)), ContainerRegistry(settings.state_dir))
+        node = SharedNode(name, root, backend, kubelet, plugin, settings, calls=calls)
         node.thread = threading.Thread(target=plugin.run, args=(node.stop,), daemon=True, name=f"device-plugin-{name}")
         node.thread.start()
         self.nodes[name] = node
@@ -219,7 +186,8 @@ class E2ECluster:
             server=ExtenderServerSettings(host="127.0.0.1", port=0),
             sync=SyncSettings(watch_timeout_s=0.5, retry_backoff_s=0.1, janitor_interval_s=3600),
         )
-        service = ExtenderService(self.api, config)
+        config = _with_pools_file(config, self.pools_file)
+        service = ExtenderService(cast(KubeApi, RecordingApi(self.api, self.extender_calls)), config)
         assert service.start(wait_ready_s=10), "extender cache did not sync"
         self._closers.append(service.stop)
         shared = len(self.nodes)
@@ -299,8 +267,8 @@ class E2ECluster:
         if not tolerates(list(spec.get("tolerations") or []), list((node.get("spec") or {}).get("taints") or [])):
             return False
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        used = _requested(p for p in self.api.list_pods(node_name=meta["name"]) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
-        wanted = _requested([pod])
+        used = requested(p for p in self.api.list_pods(node_name=meta["name"]) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+        wanted = requested([pod])
         return all(used.get(r, 0) + wanted[r] <= int(allocatable.get(r, 0)) for r in EXTENDED if wanted.get(r, 0))
 
     def run(self, namespace: str, name: str) -> dict[str, ContainerView]:
@@ -365,53 +333,15 @@ class E2ECluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-class PodRefused(Exception):
-    """The admission webhook refused the pod (what kubectl would print)."""
+_Settings = TypeVar("_Settings", ExtenderConfig, DevicePluginSettings)
 
 
-def _requested(pods: Any) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for pod in pods:
-        for c in (pod.get("spec") or {}).get("containers") or []:
-            limits = (c.get("resources") or {}).get("limits") or {}
-            for r in EXTENDED:
-                if r in limits:
-                    total[r] = total.get(r, 0) + int(str(limits[r]))
-    return total
+def _with_pools_file(settings: _Settings, path: Path) -> _Settings:
+    """Hand the rendered pools file to a component whose settings take one (`pools_file`), as the
+    DaemonSet and Deployment mount it; components that do not read it yet are left as they are."""
+    if "pools_file" in {f.name for f in fields(settings)}:
+        return cast(_Settings, replace(settings, pools_file=path))  # type: ignore[call-arg]
+    return settings
 
 
-def job_pod(
-    name: str,
-    limits: Mapping[str, Any],
-    *,
-    namespace: str = "default",
-    app_class: str | None = None,
-    tolerate: str | None = "shared",
-    containers: Mapping[str, Mapping[str, Any]] | None = None,
-    node_selector: Mapping[str, str] | None = None,
-) -> KubeObject:
-    """The pod a Job of seed 000's scenes creates: a CUDA image asking for GPU resources.
-    `tolerate`: the pool kind whose `tessera.dev/gpu` taint it tolerates (None: none, as in the seed)."""
-    specs = containers or {"main": limits}
-    pod: KubeObject = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": {}},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {"name": c, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", "resources": {"limits": {k: str(v) for k, v in lim.items()}}}
-                for c, lim in specs.items()
-            ],
-        },
-    }
-    if app_class:
-        pod["metadata"]["annotations"]["tessera.dev/app-class"] = app_class
-    if tolerate:
-        pod["spec"]["tolerations"] = [{"key": "tessera.dev/gpu", "operator": "Equal", "value": tolerate, "effect": "NoSchedule"}]
-    if node_selector:
-        pod["spec"]["nodeSelector"] = dict(node_selector)
-    return pod
-
-
-__all__ = ["E2ECluster", "PodRefused", "SharedNode", "job_pod", "runs_on", "wait_until"]
+__all__ = ["E2ECluster", "PodRefused", "RecordingApi", "SharedNode", "job_pod", "runs_on", "wait_until"]

@@ -163,6 +163,19 @@ def test_s2_gpu_core_100_gets_a_whole_gpu_of_a_two_gpu_node() -> None:
         cluster.close()
 
 
+def test_s2_gpu_core_200_gets_two_whole_gpus() -> None:
+    cluster = E2ECluster(stack(shared_pool(instance_type="GN7.20XLARGE320")))  # 4 x T4
+    try:
+        pod, views = cluster.submit_and_run(job_pod("s2-two", {GPU_CORE: 200}))
+        env = views["main"].env
+        assert env["NVIDIA_VISIBLE_DEVICES"] == _gpu_of(pod) and len(env["NVIDIA_VISIBLE_DEVICES"].split(",")) == 2
+        assert env["TESSERA_GPU_CORE"] == "200"
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={T4_MIB}M,1={T4_MIB}M", "limits by the container's device ordinals"
+        assert len(views["main"].devices) == 200, "kubelet handed out 200 gpu-core devices"
+    finally:
+        cluster.close()
+
+
 def test_s2_qgpu_manifests_keep_working_on_an_opted_in_pool() -> None:
     cluster = E2ECluster(stack(shared_pool(qgpuAliases=True)))
     try:

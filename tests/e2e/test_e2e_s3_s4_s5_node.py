@@ -73,12 +73,13 @@ def test_s3_burst_share_time_slices_contention_by_gpu_core_and_lends_idle_comput
         cluster.start_agent(NODE)
         assert node.cgroups is not None
         running = {"s3b-60": 0, "s3b-30": 0}
-        for _ in range(40):  # two 2 s control periods at the default 100 ms tick
+        for _ in range(60):  # three 2 s control periods at the default 100 ms tick
             node.tick(0.1)
             now_running = [name for name, path in cgroups.items() if not node.cgroups.is_frozen_requested(path)]
             assert len(now_running) == 1, "under contention exactly one of them owns the GPU at a time"
             running[now_running[0]] += 1
-        assert abs(running["s3b-60"] - 2 * running["s3b-30"]) <= 3, f"GPU time follows gpu-core 60:30, got {running}"
+        # GPU time follows gpu-core 60:30 (2/3 of the ticks), up to the slot quantisation of 100 ms ticks
+        assert abs(running["s3b-60"] / 60 - 2 / 3) <= 0.08, f"GPU time should follow gpu-core 60:30, got {running}"
         node.backend.remove_process(node.pids[(small["metadata"]["uid"], "main")])  # the 30 % job finishes
         for _ in range(40):
             node.tick(0.1)

@@ -186,6 +186,7 @@ def test_s7_xid_takes_a_gpu_out_of_scheduling_and_back() -> None:
         first, _ = cluster.submit_and_run(job_pod("s7-first", {GPU_CORE: 20}))
         bad = _gpu_index(first)
         cluster.nodes[name].backend.inject_xid(bad, 48, "double-bit ECC")
+        cluster.nodes[name].backend.set_responsive(bad, False)  # held down until the test lets it recover
         kubelet = cluster.nodes[name].kubelet
         assert kubelet.wait_for(lambda: kubelet.devices(GPU_CORE).get(f"gpu{bad}-core000") == "Unhealthy"), "ListAndWatch update"
         inventory = json.loads(cluster.api.get_node(name)["metadata"]["annotations"][ANNOTATION_NODE_GPUS])
@@ -198,6 +199,7 @@ def test_s7_xid_takes_a_gpu_out_of_scheduling_and_back() -> None:
         cluster.create(job_pod("s7-third", {GPU_CORE: 75}))
         assert cluster.schedule("default", "s7-third").node is None, "70 % left on the healthy GPU, none on the bad one"
         # the GPU answers again and no Xid for the quiet period: back in service
+        cluster.nodes[name].backend.set_responsive(bad, True)
         assert kubelet.wait_for(lambda: kubelet.devices(GPU_CORE).get(f"gpu{bad}-core000") == "Healthy", timeout_s=5)
         assert wait_until(lambda: cluster.extender.state.cluster.nodes[name].gpus[bad].healthy)
         cluster.sync_node_status(name)

@@ -67,6 +67,8 @@ def test_every_tessera_process_parses_and_finds_its_files(rendered: Rendered, mo
         with monkeypatch.context() as env:
             args = _parse(container, env)
         for name in PATH_ARGS:
+            if name == "pools_file" and getattr(args, "lease_guard", False):
+                continue  # `agent --lease-guard` only thaws expired freezes; it never reads pool settings
             value = getattr(args, name, None)
             if value is not None:
                 assert _mounted(container, str(value)), f"{container['name']}: --{name.replace('_', '-')} {value} is not on a volume"
@@ -83,6 +85,11 @@ def test_device_plugin_and_agent_share_the_registry_and_mps_directories(rendered
     with monkeypatch.context() as env:
         agent = _parse(by_name["agent"], env)
     assert plugin.state_dir == agent.state_dir, "the plugin writes the registry the agent reads"
+    for guard in (c for c in spec["containers"] if "--lease-guard" in (c.get("command") or []) + (c.get("args") or [])):
+        with monkeypatch.context() as env:
+            guard_args = _parse(guard, env)
+        assert guard_args.state_dir == agent.state_dir, "the lease guard thaws the freezes the agent leased"
+        assert _mounted(guard, str(guard_args.state_dir)) == _mounted(by_name["agent"], str(agent.state_dir))
     assert _mounted(by_name["device-plugin"], str(plugin.state_dir)) == _mounted(by_name["agent"], str(agent.state_dir))
     assert agent.pools_file is not None and _mounted(by_name["agent"], str(agent.pools_file)), "the agent reads the pools file"
     # Allocate mounts the *host* MPS directory into fixed-share containers; the agent creates the

@@ -61,6 +61,7 @@ def test_views_agree_with_fresh_evaluation(ops: list[tuple[str, int, str]], poli
             state.apply_node(manifest)
         elif kind == "observe":
             state.observe_once(_request(f"o{i}", value))
+
     fresh = Cluster(policy=policy, mix=state.cluster.mix)
     for name, node_state in state.cluster.nodes.items():
         fresh.nodes[name] = node_state  # same objects: only the caches differ

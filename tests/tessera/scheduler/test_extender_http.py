@@ -153,6 +153,8 @@ def test_malformed_bodies_get_400_and_the_server_keeps_serving(harness: Harness,
     assert fragment in json.loads(raw)["Error"]
     status, raw = client.post_raw("/bind", b'{"PodName": 3}')
     assert status == 400
+    status, raw = client.post_raw("/preempt", b'{"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": [{}]}}}')
+    assert status == 400 and b"UID" in raw
     pod = harness.api.create_pod(pod_manifest("ok", ("main", 10, None)))
     status, result = client.post("filter", {"Pod": pod, "NodeNames": ["n1"]})
     assert status == 200 and result["NodeNames"] == ["n1"]
@@ -216,3 +218,31 @@ def test_finished_or_deleted_pods_free_their_share(harness: Harness, how: str) -
         harness.api.set_pod_phase("default", "holder", "Succeeded" if how == "succeed" else "Failed")
     assert wait_until(lambda: service.state.summary()[1] == 0)
     assert scheduler.schedule("default", "waiting").node == "n1"
+
+
+def test_preempt_keeps_nodes_only_where_the_victims_free_one_gpu(harness: Harness) -> None:
+    harness.api.create_node(node_manifest("n1", gpus=2, placement="binpack"))
+    service = harness.start()
+    scheduler = harness.scheduler(service)
+    uids = {}
+    for name, core in (("a60", 60), ("b30", 30), ("c70", 70)):
+        uids[name] = harness.api.create_pod(pod_manifest(name, ("main", core, None)))["metadata"]["uid"]
+        assert scheduler.schedule("default", name).node == "n1"
+    gpu_of = {name: _allocation(harness, name).containers["main"][0].index for name in uids}
+    assert gpu_of["a60"] == gpu_of["b30"] != gpu_of["c70"]  # binpack: 60+30 on one GPU, 70 on the other
+    preemptor = harness.api.create_pod(pod_manifest("urgent", ("main", 50, None)))
+
+    def preempt(victims: list[str]) -> dict[str, object]:
+        body = {"Pod": preemptor, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": uids[v]} for v in victims], "NumPDBViolations": 1}}}
+        status, result = harness.client(service).post("preempt", body)
+        assert status == 200
+        return dict(result["NodeNameToMetaVictims"])
+
+    # evicting b30 frees enough of the node (kube-scheduler's sum: 70 % free), but no single
+    # GPU gets 50 % free: 60 % stays on one, 70 % on the other
+    assert preempt(["b30"]) == {}
+    # evicting a60 leaves 30 % on that GPU: a 50 % share fits there
+    assert preempt(["a60"]) == {"n1": {"Pods": [{"UID": uids["a60"]}], "NumPDBViolations": 1}}
+    # the check changed nothing: the victims still hold their GPUs
+    assert service.state.cluster.nodes["n1"].gpus[gpu_of["a60"]].used_milli == 900
+    assert scheduler.schedule("default", "urgent").node is None
