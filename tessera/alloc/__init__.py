@@ -27,7 +27,8 @@ Public API (used by the scheduler extender `tessera.scheduler` and the simulator
   `tessera.dev/gpu-placement` when set. Online pods avoid GPUs with offline work; offline pods
   pack onto GPUs that already hold offline work.
 """
-from tessera.alloc.cluster import Cluster, Usage, extender_scores
+from tessera.alloc.cluster import Cluster, Usage
+from tessera.alloc.scores import extender_scores
 from tessera.alloc.kube_objects import node_state_from_k8s, parse_quantity, pod_request_from_k8s
 from tessera.alloc.model import (
     MILLI_PER_CORE,

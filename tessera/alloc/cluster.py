@@ -44,6 +44,7 @@ from tessera.alloc.workload import MixSnapshot, WorkloadMix
 from tessera.contract import Allocation, GpuShare
 
 _CacheEntry = tuple[int, int, Evaluation | FitFailure]
+_STATE_CACHE_LIMIT = 200_000  # entries of the by-state evaluation cache before it is dropped
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class Cluster:
         self._pods: dict[PodUid, tuple[PodRequest, Placement]] = {}
         self._cache: dict[str, dict[tuple[object, ...], _CacheEntry]] = {}
         self._rank: dict[str, int] = {}
+        self._by_state: dict[tuple[object, ...], tuple[int, Evaluation | FitFailure]] = {}
+        self._signatures: dict[str, tuple[int, tuple[object, ...]]] = {}
         self._index = BestNodeIndex()
         self._versions = 0  # node versions are unique across nodes and time (stale-entry checks)
         for node in nodes:
@@ -177,14 +180,38 @@ class Cluster:
         if node is None:
             return FitFailure.UNKNOWN_NODE
         impl = self.policy(policy)
+        if not impl.cacheable:
+            return impl.evaluate(node, pod)
         per_node = self._cache.setdefault(node_name, {})
         key = (impl.name, pod.shape)
         hit = per_node.get(key)
         if hit is not None and hit[0] == node.version and hit[1] == impl.epoch:
             return hit[2]
-        result = impl.evaluate(node, pod)
+        # Nodes in the same state get the same evaluation (GPU indices included): idle nodes of
+        # one type are scored once per shape and epoch, not once per node.
+        shared_key = (impl.name, pod.shape, self._signature(node))
+        shared = self._by_state.get(shared_key)
+        if shared is not None and shared[0] == impl.epoch:
+            result = shared[1]
+        else:
+            result = impl.evaluate(node, pod)
+            if len(self._by_state) >= _STATE_CACHE_LIMIT:
+                self._by_state.clear()
+            self._by_state[shared_key] = (impl.epoch, result)
         per_node[key] = (node.version, impl.epoch, result)
         return result
+
+    def _signature(self, node: NodeState) -> tuple[object, ...]:
+        """Everything a policy may look at, except the node's name."""
+        hit = self._signatures.get(node.name)
+        if hit is not None and hit[0] == node.version:
+            return hit[1]
+        sig = (
+            tuple((g.index, g.model, g.memory_mib, g.healthy, g.used_milli, g.used_memory_mib, g.offline_milli) for g in node.gpus),
+            node.cpu_milli, node.memory_mib, node.used_cpu_milli, node.used_memory_mib, node.gpu_placement,
+        )
+        self._signatures[node.name] = (node.version, sig)
+        return sig
 
     def check_fit(self, pod: PodRequest, node_name: str) -> FitFailure | None:
         """None when the pod fits on the node, else why not (for the extender's FailedNodes)."""
@@ -359,25 +386,3 @@ class Cluster:
         placement = Placement(allocation.node, tuple(containers))
         self.reserve(pod, placement)
         return placement
-
-
-def extender_scores(scores: Mapping[str, float | None]) -> dict[str, int]:
-    """Map raw scores to kube-scheduler's extender scale 0..10: the best node(s) get 10, every
-    other node 0..9 by min-max, so the extender's first choice is never tied away by rounding."""
-    valid = {n: s for n, s in scores.items() if s is not None}
-    if not valid:
-        return {n: 0 for n in scores}
-    top = max(valid.values())
-    rest = [s for s in valid.values() if s < top]
-    low = min(rest) if rest else top
-    out: dict[str, int] = {}
-    for name, s in scores.items():
-        if s is None:
-            out[name] = 0
-        elif s >= top:
-            out[name] = 10
-        elif top - low <= 0 or not rest:
-            out[name] = 9
-        else:
-            out[name] = int(9 * (s - low) / (max(rest) - low)) if max(rest) > low else 9
-    return out

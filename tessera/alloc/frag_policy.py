@@ -34,6 +34,7 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
 
 class _FragPolicyBase:
     name: PlacementPolicy
+    cacheable = True
     faithful: bool
     weighting: str = "pods"
 

@@ -57,6 +57,7 @@ class Evaluation:
 
 class Policy(Protocol):
     name: PlacementPolicy
+    cacheable: bool  # False: every evaluation must be recomputed (the random baseline)
 
     @property
     def epoch(self) -> int:
@@ -93,6 +94,7 @@ class BinpackPolicy:
     """Fill the fullest node first (least free GPU after placement); GPUs packed inside it."""
 
     name = PlacementPolicy.BINPACK
+    cacheable = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -110,6 +112,7 @@ class SpreadPolicy:
     """Emptiest node first; GPUs spread inside it."""
 
     name = PlacementPolicy.SPREAD
+    cacheable = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -127,6 +130,7 @@ class BestFitPolicy:
     """Paper baseline: the node with the least remaining (CPU, GPU) after placement, equal weights."""
 
     name = PlacementPolicy.BESTFIT
+    cacheable = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -146,6 +150,7 @@ class DotProductPolicy:
     """Paper baseline: largest dot product of the pod's (CPU, GPU) request and the node's free share."""
 
     name = PlacementPolicy.DOTPROD
+    cacheable = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -167,6 +172,7 @@ class RandomPolicy:
     """Paper baseline: a uniformly random feasible node (seeded), random feasible GPU."""
 
     name = PlacementPolicy.RANDOM
+    cacheable = False
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)

@@ -120,6 +120,15 @@ class KubernetesClientApi:
         }
         self._call(self._core.create_namespaced_pod_binding, name, namespace, body)
 
+    def evict_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
+        from kubernetes import client
+
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
+        body = client.V1Eviction(
+            api_version="policy/v1", kind="Eviction", metadata=client.V1ObjectMeta(name=name, namespace=namespace), delete_options=options
+        )
+        self._call(self._core.create_namespaced_pod_eviction, name, namespace, body)
+
     # --- nodes ----------------------------------------------------------------------------------
     def get_node(self, name: str) -> KubeObject:
         return self._call(self._core.read_node, name)

@@ -8,6 +8,8 @@ extender's safety depends on, so tests against it mean something:
 - binding an already bound pod, or a pod whose UID changed, fails with `Conflict`;
 - creating an existing ConfigMap fails with `Conflict` (AlreadyExists is a 409 too);
 - deleting a pod deletes the ConfigMaps it owns (what the garbage collector does);
+- evicting a pod deletes it like `delete_pod`, unless a disruption budget set with
+  `set_disruption_budget` has no disruption left: 429, as the Eviction API answers;
 - watches replay events after a resourceVersion, or start with synthetic ADDED events of every
   object when no resourceVersion is given; a resourceVersion older than the kept history gets
   410 Gone, so clients exercise their relist path.
@@ -34,6 +36,14 @@ _DEFAULT_HISTORY = 10_000  # events kept per kind for watch resumption
 class Kind(Enum):
     POD = "Pod"
     NODE = "Node"
+
+
+@dataclass
+class _DisruptionBudget:
+    """A PodDisruptionBudget reduced to what eviction checks: its pods and how many may go now."""
+
+    match_labels: dict[str, str]
+    disruptions_allowed: int
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,7 @@ class FakeKubeApi:
         self._nodes: dict[str, KubeObject] = {}
         self._configmaps: dict[tuple[str, str], KubeObject] = {}
         self._events: list[KubeObject] = []
+        self._budgets: dict[tuple[str, str], _DisruptionBudget] = {}
         self._history = history
         self._logs: dict[Kind, list[_Logged]] = {Kind.POD: [], Kind.NODE: []}
         self._trimmed_before: dict[Kind, int] = {Kind.POD: 0, Kind.NODE: 0}
@@ -90,6 +101,8 @@ class FakeKubeApi:
         # counters a test or benchmark can read to prove what happened
         self.bind_calls = 0
         self.conflicts = 0
+        self.evicted: list[tuple[str, str]] = []  # (namespace, name) of pods evicted, in order
+        self.evictions_refused = 0  # 429 answers: a disruption budget held the pod
 
     # --- internals ----------------------------------------------------------------------------
     def _bump(self, obj: KubeObject) -> None:
@@ -148,6 +161,12 @@ class FakeKubeApi:
             self._pods[key] = pod
             self._emit(Kind.POD, "ADDED", pod)
             return copy.deepcopy(pod)
+
+    def set_disruption_budget(self, namespace: str, name: str, match_labels: Mapping[str, str], disruptions_allowed: int) -> None:
+        """Create or update a PodDisruptionBudget as its controller would leave it: the pods it
+        selects and `status.disruptionsAllowed`. Each eviction it allows uses one up."""
+        with self._cond:
+            self._budgets[(namespace, name)] = _DisruptionBudget(dict(match_labels), disruptions_allowed)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._cond:
@@ -254,6 +273,25 @@ class FakeKubeApi:
             conditions.append({"type": "PodScheduled", "status": "True"})
             self._bump(pod)
             self._emit(Kind.POD, "MODIFIED", pod)
+
+    def evict_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
+        with self._cond:
+            pod = self._pod(namespace, name)
+            if uid and pod["metadata"]["uid"] != uid:
+                raise self._conflict(f'Precondition failed: UID in precondition: {uid}, UID in object meta: {pod["metadata"]["uid"]}')
+            labels: dict[str, str] = pod["metadata"].get("labels") or {}
+            # the API server skips the budget check for pods that finished already
+            terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            budgets = [] if terminal else [
+                b for (ns, _), b in self._budgets.items() if ns == namespace and all(labels.get(k) == v for k, v in b.match_labels.items())
+            ]
+            if any(b.disruptions_allowed <= 0 for b in budgets):
+                self.evictions_refused += 1
+                raise KubeApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+            for budget in budgets:
+                budget.disruptions_allowed -= 1
+            self.evicted.append((namespace, name))
+            self.delete_pod(namespace, name)
 
     # --- nodes ----------------------------------------------------------------------------------
     def get_node(self, name: str) -> KubeObject:

@@ -64,12 +64,15 @@ def node_rules() -> list[dict[str, Any]]:
     return [
         # pods on this node (allocation records; the field selector is not expressible in RBAC)
         policy_rule([""], ["pods"], ["get", "list", "watch"]),
+        # pods on a GPU that became unhealthy are evicted to be rescheduled; the Eviction API (not
+        # pods delete) so PodDisruptionBudgets hold
+        policy_rule([""], ["pods/eviction"], ["create"]),
         # PreStartContainer checks the allocation ConfigMap the container's env comes from
         policy_rule([""], ["configmaps"], ["get"]),
         # GPU inventory annotation on the node and gpu-memory capacity in its status
         policy_rule([""], ["nodes"], ["get", "patch"]),
         policy_rule([""], ["nodes/status"], ["patch"]),
-        # "stopped for exceeding gpu-memory", "frozen for online work"
+        # "stopped for exceeding gpu-memory", "frozen for online work", "evicted: GPU unhealthy"
         policy_rule([""], ["events"], ["create", "patch"]),
         policy_rule(["events.k8s.io"], ["events"], ["create", "patch"]),
     ]

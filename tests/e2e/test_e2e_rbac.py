@@ -25,6 +25,7 @@ REQUESTS: dict[str, tuple[str, str, str]] = {
     "watch_pods": ("", "pods", "watch"),
     "patch_pod_annotations": ("", "pods", "patch"),
     "bind_pod": ("", "pods/binding", "create"),
+    "evict_pod": ("", "pods/eviction", "create"),
     "get_node": ("", "nodes", "get"),
     "list_nodes": ("", "nodes", "list"),
     "list_nodes_and_version": ("", "nodes", "list"),
@@ -86,7 +87,10 @@ def exercised() -> Any:
         node.backend.inject_xid(1, 48)
         node.backend.set_responsive(1, False)  # stays unhealthy until the plugin has published it
         assert wait_until(lambda: '"healthy":false' in cluster.api.get_node("t4-shared-0")["metadata"]["annotations"]["tessera.dev/gpus"])
-        cluster.delete("default", "rbac-online")
+        on_bad = {p["metadata"]["name"] for p in (offline, online) if p["metadata"]["annotations"]["tessera.dev/gpu-index-container-main"] == "1"}
+        assert on_bad and wait_until(lambda: not on_bad & {p["metadata"]["name"] for p in cluster.api.list_pods()}), "pods of the bad GPU are evicted"
+        if "rbac-online" not in on_bad:
+            cluster.delete("default", "rbac-online")
         repartition_calls: set[str] = set()
         plan = load_plan(cluster.rendered.configmap_file("tessera-repartition", "plan.json"), "t4-shared")
         apply_layout(cast(KubeApi, RecordingApi(cluster.api, repartition_calls)), plan, 1, clock=lambda: 0.0, sleep=lambda _s: None)

@@ -164,14 +164,6 @@ def test_s5_one_percent_one_mib_and_per_container_metrics(tmp_path: Path) -> Non
         cluster.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integration gap: until the agent learns runtime container ids from pod status (every "
-    "pods_refresh_every ticks, 5 s by default; the device plugin registers containers with "
-    "container_id=None), ProcessAttributor._lookup gives every process of a multi-container pod to the "
-    "first container by name, and MemoryGuard on an enforce pool then kills all of them for the "
-    "siblings' combined memory (node-agent/tessera_node/agent/attribution.py, loop.py slow_tick)",
-)
 def test_s5_sibling_containers_are_not_killed_before_their_ids_are_known() -> None:
     cluster = E2ECluster(stack(shared_pool(policy="best-effort", memoryEnforcement="enforce")))
     try:

@@ -218,12 +218,6 @@ def test_s7_namespace_quotas_are_rendered_and_schema_valid(prod: Rendered) -> No
         kubernetes_validate.validate(quota, "1.30.0", strict=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing piece of S7: a critical Xid takes the GPU out of scheduling (device plugin health, "
-    "node annotation, extender) but nothing evicts the pods already running on it, so they are never "
-    "rescheduled; no component (device plugin, agent, extender) deletes or evicts pods",
-)
 def test_s7_pods_on_an_unhealthy_gpu_are_evicted_for_rescheduling() -> None:
     cluster = E2ECluster(stack(shared_pool(instance_type="GN7.10XLARGE160")))
     try:

@@ -151,15 +151,6 @@ def test_s9_policy_edit_reaches_running_nodes_without_restarts() -> None:
         cluster.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integration gap: the node DaemonSet mounts the pools file into both containers "
-    "(TESSERA_POOLS_FILE), the agent reads it first (agent/pools.py pool_policy_for_node), but the device "
-    "plugin decides MPS mounts and TESSERA_SHARING_POLICY from node labels only (deviceplugin/plugin.py "
-    "_read_node -> pool_policy_from_node_labels); on provider existing a policy edit changes the pools "
-    "file but not the labels until nodes/label-nodes.sh is re-run, so the agent runs an MPS daemon the "
-    "container is never given the pipe directory for",
-)
 def test_s9_policy_edit_in_the_pools_file_alone_reaches_the_device_plugin() -> None:
     cluster = E2ECluster(stack(shared_pool(policy="best-effort")))
     try:

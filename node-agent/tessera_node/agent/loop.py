@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tessera.kube.api import KubeApi, KubeApiError
-from tessera_node.agent.attribution import ContainerGpuUse, ProcessAttributor
+from tessera_node.agent.attribution import Attribution, ProcessAttributor
 from tessera_node.agent.burst import BurstController
 from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED, ColocationController
@@ -88,7 +88,9 @@ class Agent:
         self._gpus: list[GpuInfo] = []
         self._uuid_of: dict[int, str] = {}
         self._health = HealthTracker(HealthSettings(), [])
-        self._usage: dict[tuple[ContainerKey, str], ContainerGpuUse] = {}
+        self._attribution = Attribution({})
+        self._last_ambiguous_refresh: float | None = None
+        self._held_back: set[tuple[ContainerKey, str]] = set()  # memory checks waiting for ids, as logged
         self._view_cache = RegistryView.of([])
         self._containers_stamp: object = object()
         self._samples: list[ProcessSample] = []
@@ -212,18 +214,55 @@ class Agent:
 
     def slow_tick(self) -> None:
         containers = self.containers()
-        self._usage = self.attributor.attribute(self._samples, self._gpus, containers)
+        attribution = self.attributor.attribute(self._samples, self._gpus, containers)
+        refreshed = False
+        if self._ids_would_settle(attribution, containers):
+            # Processes of a pod whose containers' ids are unknown cannot be told apart: learn
+            # the ids now instead of at the next periodic refresh (up to pods_refresh_every
+            # ticks away), and attribute again with them.
+            self._last_ambiguous_refresh = self.deps.monotonic()
+            self.refresh_from_pods()
+            refreshed = True
+            if self.containers() is not containers:
+                containers = self.containers()
+                attribution = self.attributor.attribute(self._samples, self._gpus, containers)
+        self._attribution = attribution
         self._poll_health()
+        self._log_held_back(attribution)
         self._enforce_memory(containers)
         if self.deps.mps is not None and self.settings.mps_enabled:
             for line in self.deps.mps.reconcile(desired_limits(containers.values())):
                 _log.info("%s", line)
-        if self.counters.ticks % self.settings.pods_refresh_every == 0:
+        if not refreshed and self.counters.ticks % self.settings.pods_refresh_every == 0:
             self.refresh_from_pods()
         if self.view.wanted(self.deps.monotonic()):
             self.publish()
 
     # --- slow-path parts -----------------------------------------------------------------------
+    def _ids_would_settle(self, attribution: Attribution, containers: RegistryView) -> bool:
+        """A pod-status read could settle an ambiguous attribution (some candidate's runtime id
+        is still unknown) and the last such read is at least `ambiguous_refresh_interval_s` old."""
+        if self.deps.kube is None or not attribution.ambiguous:
+            return False
+        last = self._last_ambiguous_refresh
+        if last is not None and self.deps.monotonic() - last < self.settings.ambiguous_refresh_interval_s:
+            return False
+        records = containers.records
+        return any(key in records and records[key].container_id is None for key, _ in attribution.ambiguous)
+
+    def _log_held_back(self, attribution: Attribution) -> None:
+        """One log line when a container's memory check starts waiting for ids, one when it resumes."""
+        held = set(attribution.ambiguous)
+        for key, uuid in sorted(held - self._held_back):
+            _log.warning(
+                "GPU processes %s on %s may belong to container %s of pod %s or to a sibling: its runtime id is "
+                "not known yet, so its GPU memory limit is not enforced until it is",
+                list(attribution.ambiguous[(key, uuid)]), uuid, key.container, key.pod_uid,
+            )
+        for key, uuid in sorted(self._held_back - held):
+            _log.info("container %s of pod %s on %s: GPU processes attributed, memory limit enforced again", key.container, key.pod_uid, uuid)
+        self._held_back = held
+
     def refresh_from_pods(self) -> None:
         kube = self.deps.kube
         if kube is None:
@@ -261,7 +300,8 @@ class Agent:
             _log.warning("GPU health poll failed: %s", exc)
 
     def _enforce_memory(self, containers: RegistryView) -> None:
-        for v in self.memory.check(containers.values(), self._usage):
+        attribution = self._attribution
+        for v in self.memory.check(containers.values(), attribution.usage, pending=attribution.ambiguous):
             slot = (v.container.key, v.gpu_uuid)
             if v.action is MemoryAction.KILL:
                 for pid in v.pids:
@@ -286,8 +326,8 @@ class Agent:
             for share in c.shares:
                 core_by_gpu[share.uuid] = core_by_gpu.get(share.uuid, 0) + share.core
                 mem_by_gpu[share.uuid] = mem_by_gpu.get(share.uuid, 0) + share.memory_mib
-                use = self._usage.get((c.key, share.uuid))
                 slot = (c.key, share.uuid)
+                use = self._attribution.usage.get(slot)
                 rows.append(
                     ContainerGpuRow(
                         namespace=c.namespace, pod=c.pod_name, container=c.container, gpu_uuid=share.uuid,
@@ -299,6 +339,7 @@ class Agent:
                         memory_kills=self.counters.memory_kills.get(slot, 0),
                         memory_warnings=self.counters.memory_warnings.get(slot, 0),
                         freezes=self.pauses.freeze_count.get(c.key, 0),
+                        attribution_pending=self._attribution.pending(c.key, share.uuid),
                     )
                 )
         try:
@@ -318,4 +359,7 @@ class Agent:
             )
             for g in self._gpus
         )
-        return AgentView(tuple(rows), gpus, self.counters.ticks, self.counters.tick_seconds, self.events.failures)
+        return AgentView(
+            tuple(rows), gpus, self.counters.ticks, self.counters.tick_seconds, self.events.failures,
+            ambiguous_processes=len(self._attribution.ambiguous_pids()),
+        )

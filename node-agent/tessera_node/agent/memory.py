@@ -7,13 +7,16 @@ GPU processes rather than deleting the pod lets the pod's restartPolicy decide w
 exactly as an OOM kill of the main process would.
 
 Memory is the sum of the container's processes on that GPU as NVML reports it (this includes
-each process's CUDA context, so requests must include it; see docs/node-agent.md).
+each process's CUDA context, so requests must include it; see docs/node-agent.md). A container
+whose figure is incomplete (some process on the GPU may be its or a sibling's, see
+`attribution.Attribution.pending`) is not checked at all until the attribution is settled: the
+guard never acts on a figure that could be a guess.
 """
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -61,12 +64,19 @@ class MemoryGuard:
         self,
         containers: Iterable[RegisteredContainer],
         usage: Mapping[tuple[ContainerKey, str], ContainerGpuUse],
+        pending: Collection[tuple[ContainerKey, str]] = frozenset(),
     ) -> list[MemoryViolation]:
+        """Violations in `usage`; (container, gpu uuid) slots in `pending` are skipped and keep
+        their episode state, so a check held back for a second neither starts nor ends one."""
         out: list[MemoryViolation] = []
         still_over: set[tuple[ContainerKey, str]] = set()
         for c in containers:
             for share in c.shares:
                 if share.memory_mib <= 0:  # no limit was asked for
+                    continue
+                if (c.key, share.uuid) in pending:
+                    if (c.key, share.uuid) in self.over:
+                        still_over.add((c.key, share.uuid))
                     continue
                 use = usage.get((c.key, share.uuid))
                 if use is None or use.memory_mib <= share.memory_mib + self.grace_mib:

@@ -39,6 +39,7 @@ class ContainerGpuRow:
     memory_kills: int
     memory_warnings: int
     freezes: int
+    attribution_pending: bool = False  # some GPU process may be this container's or a sibling's
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class AgentView:
     ticks: int = 0
     tick_seconds_total: float = 0.0
     event_failures: int = 0
+    ambiguous_processes: int = 0  # GPU processes no single container can be named for yet
 
 
 @dataclass
@@ -118,6 +120,12 @@ class AgentCollector:
         failures = CounterMetricFamily("tessera_agent_event_post_failures", "Kubernetes events that could not be posted")
         failures.add_metric([], v.event_failures)
         yield failures
+        ambiguous = GaugeMetricFamily(
+            "tessera_agent_ambiguous_gpu_processes",
+            "GPU processes that could belong to several containers of their pod (container ids not known yet)",
+        )
+        ambiguous.add_metric([], v.ambiguous_processes)
+        yield ambiguous
 
 
 def _container_families(v: AgentView) -> Iterator[Metric]:
@@ -126,6 +134,7 @@ def _container_families(v: AgentView) -> Iterator[Metric]:
         ("gauge", "tessera_container_gpu_memory_limit_bytes", "The container's tessera.dev/gpu-memory on this GPU (0 = no limit)", lambda r: r.memory_limit_mib * MIB),
         ("gauge", "tessera_container_gpu_core_allocated_percent", "The container's tessera.dev/gpu-core on this GPU", lambda r: r.core_allocated_pct),
         ("gauge", "tessera_container_gpu_utilization_percent", "SM utilisation of the container's processes on this GPU", lambda r: r.sm_utilisation_pct),
+        ("gauge", "tessera_container_gpu_attribution_pending", "1 while a GPU process may be this container's or a sibling's (runtime ids not known yet); its memory limit is not enforced meanwhile", lambda r: 1.0 if r.attribution_pending else 0.0),
         ("gauge", "tessera_container_frozen", "1 while the agent keeps the container frozen (offline pause or burst throttle)", lambda r: 1.0 if r.frozen else 0.0),
         ("counter", "tessera_container_frozen_seconds", "Seconds the container spent frozen", lambda r: r.frozen_seconds),
         ("counter", "tessera_container_freezes", "Times the container was frozen", lambda r: r.freezes),

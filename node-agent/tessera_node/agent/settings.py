@@ -61,6 +61,14 @@ class AgentSettings:
     """Ticks between reconciling the registry with the pods on the node (default 50 = 5 s):
     learns container ids and drops pods that ended without a PostStop hook."""
 
+    ambiguous_refresh_interval_s: float = 1.0
+    """Least time between the extra pod-status reads the agent makes while GPU processes of a
+    pod cannot be told apart (its containers' runtime ids are not in the registry yet; the
+    device plugin registers containers without them). Default 1 s, one slow tick: kubelet puts
+    the id in the pod status as the container starts, so one read usually settles it, and while
+    it does not the agent adds at most one LIST of the node's pods per second, stopping as soon
+    as the ids are known. Memory limits of those containers are not enforced meanwhile."""
+
     pool_policy: PoolPolicy = field(default_factory=PoolPolicy)
     """Pool policy used when rebuilding records from pods; node labels override it."""
 

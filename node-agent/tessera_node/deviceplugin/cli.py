@@ -10,9 +10,11 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from tessera.contract import ENV_POOLS_FILE, LABEL_POOL
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.registry import ContainerRegistry, RegistryCorrupt
 from tessera_node.deviceplugin.core import AllocateSettings
+from tessera_node.deviceplugin.eviction import EvictionSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu import open_backend
 from tessera_node.gpu.backend import GpuBackendError
@@ -20,6 +22,8 @@ from tessera_node.gpu.spec import SpecError
 
 DEFAULTS = DevicePluginSettings(node_name="")
 ALLOCATE_DEFAULTS = AllocateSettings()
+EVICTION_DEFAULTS = EvictionSettings()
+FAKE_POOL = "simulated"  # the pool of the node `--fake-kube` holds, so a pools file can name it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=DEFAULTS.state_dir, help=f"container registry shared with the node agent (default {DEFAULTS.state_dir})")
     parser.add_argument("--mps-dir", default=ALLOCATE_DEFAULTS.mps_pipe_host_dir, help=f"host directory of MPS pipes, mounted into fixed-share containers (default {ALLOCATE_DEFAULTS.mps_pipe_host_dir})")
     parser.add_argument("--mps-shm-dir", default=None, help="host tmpfs mounted on /dev/shm of fixed-share containers (default: none)")
+    parser.add_argument(
+        "--pools-file", type=Path, default=os.environ.get(ENV_POOLS_FILE) or None,
+        help=f"pools file (the mounted tessera-pools ConfigMap); its entry for the node's pool wins over the node's policy labels, re-read when it changes (default: ${ENV_POOLS_FILE}, else labels only)",
+    )
+    parser.add_argument(
+        "--evict-on-unhealthy", action=argparse.BooleanOptionalAction, default=EVICTION_DEFAULTS.enabled,
+        help="evict (Eviction API, PodDisruptionBudgets respected) the pods whose allocation is on a GPU that became unhealthy, so they are rescheduled (default on)",
+    )
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
-    parser.add_argument("--fake-kube", action="store_true", help="use an in-memory API server holding only this node (demos and tests)")
+    parser.add_argument("--fake-kube", action="store_true", help=f"use an in-memory API server holding only this node, in pool {FAKE_POOL!r} (demos and tests)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -40,7 +52,7 @@ def _kube(args: argparse.Namespace, node_name: str) -> KubeApi:
         from tessera.kube.fake import FakeKubeApi
 
         fake = FakeKubeApi()
-        fake.create_node({"metadata": {"name": node_name, "labels": {}}})
+        fake.create_node({"metadata": {"name": node_name, "labels": {LABEL_POOL: FAKE_POOL}}})
         return fake
     from tessera.kube.client import ClientSettings, KubernetesClientApi
 
@@ -69,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         device_plugin_dir=args.device_plugin_dir,
         pod_resources_socket=args.pod_resources_socket,
         state_dir=args.state_dir,
+        pools_file=args.pools_file,
+        eviction=replace(EVICTION_DEFAULTS, enabled=args.evict_on_unhealthy),
         allocate=replace(ALLOCATE_DEFAULTS, mps_pipe_host_dir=args.mps_dir, mps_shm_host_dir=args.mps_shm_dir),
     )
     stop = threading.Event()

@@ -4,8 +4,10 @@ Every `tick_s` (default 100 ms; the Xid wait doubles as the sleep) the superviso
 - re-creates its socket and registers again when kubelet restarted or wiped the socket;
 - applies Xid events and, every few seconds, probes GPUs (health.py) and pushes a new device
   list to ListAndWatch streams and the node annotation when health changed;
-- every `node_poll_s` reads the node: the pool's sharing policy, and gpu-operator's
-  paused-for-mig-change label (pause.py), stepping aside while it is set;
+- evicts the pods of a GPU that became unhealthy, so they are rescheduled (eviction.py);
+- every `node_poll_s` reads the node and the pools file: the pool's sharing policy (the pools
+  file wins over the node's policy labels, exactly as in the agent: poolsfile.py), and
+  gpu-operator's paused-for-mig-change label (pause.py), stepping aside while it is set;
 - every `reconcile_s` re-derives the agent's container registry from kubelet's PodResources and the
   pods' allocation records, so nothing the plugin knows lives only in its memory: a restarted
   plugin rebuilds the same state (no allocation lost or duplicated).
@@ -16,17 +18,19 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tessera.contract import GPU_CORE, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
-from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, RegisteredContainer, SharingPolicy, pool_policy_from_node_labels
+from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, RegisteredContainer, SharingPolicy
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
+from tessera_node.deviceplugin.eviction import EvictionSettings, Evictor
 from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
 from tessera_node.deviceplugin.pause import PauseTransition, node_labels, transition
 from tessera_node.deviceplugin.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesError
+from tessera_node.deviceplugin.poolsfile import PoolsFile
 from tessera_node.deviceplugin.prestart import PreStartRejected, find_owner, verify
 from tessera_node.deviceplugin.publish import NodeReport, publish
 from tessera_node.deviceplugin.registration import KUBELET_SOCKET_NAME, RegistrationError, SocketIdentity, needs_registration, register
@@ -62,7 +66,12 @@ class DevicePluginSettings:
     Default 60 s: kubelet may reset extended resources it does not own after it restarts."""
     reconcile_s: float = 30.0
     """Re-derive the registry from PodResources and pods this often. Default 30 s."""
+    pools_file: Path | None = None
+    """The mounted `tessera-pools` ConfigMap (`--pools-file`, default $TESSERA_POOLS_FILE). Default
+    None = node labels alone; the DaemonSet always sets it, so the plugin and the agent follow the
+    same pool policy after an edit that changed only the ConfigMap."""
     health: HealthSettings = field(default_factory=HealthSettings)
+    eviction: EvictionSettings = field(default_factory=EvictionSettings)
     allocate: AllocateSettings = field(default_factory=AllocateSettings)
 
 
@@ -146,8 +155,14 @@ class DevicePlugin:
         self._writer = RegistryWriter(registry)
         self._clock = clock
         self._policy = PoolPolicy()
+        self._pools = PoolsFile(settings.pools_file)
+        self._labels: Mapping[str, str] | None = None  # the node's labels as last read; None until read
+        self._policy_lock = threading.Lock()
+        self._evictor = Evictor(settings.eviction, kube, settings.node_name)
         self.state = PluginState(Inventory(()), settings.allocate)
-        self._server = PluginServer(settings.device_plugin_dir / settings.endpoint, DevicePluginServicer(self.state, self.prestart))
+        self._server = PluginServer(
+            settings.device_plugin_dir / settings.endpoint, DevicePluginServicer(self.state, self.prestart, before_allocate=self._apply_policy)
+        )
         self._pod_resources = PodResourcesClient(settings.pod_resources_socket)
         self._health = HealthTracker(settings.health, ())
         self._registered_with: SocketIdentity | None = None
@@ -158,6 +173,7 @@ class DevicePlugin:
     # --- PreStartContainer (called from gRPC threads) -------------------------------------------
     def prestart(self, tokens: Sequence[str]) -> None:
         self._writer.note_activity()
+        self._apply_policy()
         try:
             holders = self._pod_resources.holders_of(tokens)
         except PodResourcesError as exc:
@@ -203,8 +219,10 @@ class DevicePlugin:
                 if changed:
                     for gpu in sorted(changed):
                         log.warning("GPU %d is now %s %s", gpu, "healthy" if self._health.healthy(gpu) else "unhealthy", self._health.reason(gpu))
+                        self._note_health(gpu)
                     self.state.update(self.state.inventory.with_health(self._health.health()))
                     self._publish(force=True)
+                self._evictor.step(self._clock())
                 if self._clock() >= next_publish:
                     next_publish = self._clock() + self.settings.republish_s
                     self._publish(force=True)
@@ -217,10 +235,20 @@ class DevicePlugin:
             self._pod_resources.close()
             self._writer.close()
 
+    def _note_health(self, index: int) -> None:
+        gpu = next((g for g in self.state.inventory.gpus if g.index == index), None)
+        if gpu is None:
+            return
+        if self._health.healthy(index):
+            self._evictor.gpu_healthy(gpu.uuid)
+        else:
+            self._evictor.gpu_unhealthy(gpu, self._health.reason(index), self._clock())
+
     def _start_serving(self) -> None:
         self._backend.open()
         inventory = inventory_from_backend(self._backend)
         self._health = HealthTracker(self.settings.health, [g.index for g in inventory.gpus])
+        self._evictor.reset()
         self.state.update(inventory)
         self._publish(force=True)
         self._registered_with = None
@@ -260,11 +288,8 @@ class DevicePlugin:
             log.warning("cannot read node %s: %s", self.settings.node_name, exc)
             return
         labels = node_labels(node)
-        self._policy = pool_policy_from_node_labels(labels)
-        base = self.state.allocate_settings
-        self.state.set_allocate_settings(
-            AllocateSettings(base.mps_pipe_host_dir, base.mps_shm_host_dir, self._policy.sharing is SharingPolicy.FIXED_SHARE, self._policy.sharing.value)
-        )
+        self._labels = labels
+        self._apply_policy()
         step = transition(self.paused, labels)
         if step is PauseTransition.PAUSE:
             log.info("node labelled paused-for-mig-change: stopping and releasing the GPUs")
@@ -276,6 +301,23 @@ class DevicePlugin:
             log.info("MIG change finished: re-reading GPUs and registering again")
             self.paused = False
             self._start_serving()
+
+    def _apply_policy(self) -> None:
+        """The pool policy from the node's last labels and the pools file as it is now (a stat;
+        parsed again only when it changed). Called on every node poll and before every Allocate
+        and PreStartContainer, so a container starts under the policy the file says now, not the
+        one of the last poll: the agent reads the same file for its MPS daemons."""
+        labels = self._labels
+        if labels is None:
+            return
+        with self._policy_lock:
+            policy = self._pools.policy_for(labels)
+            if policy != self._policy:
+                log.info("pool policy: sharing %s", policy.sharing.value)
+            self._policy = policy
+            base = self.state.allocate_settings
+            uses_mps = policy.sharing is SharingPolicy.FIXED_SHARE
+            self.state.set_allocate_settings(AllocateSettings(base.mps_pipe_host_dir, base.mps_shm_host_dir, uses_mps, policy.sharing.value))
 
     def _publish(self, *, force: bool = False) -> None:
         report = NodeReport.of(self.state.inventory)

@@ -84,9 +84,10 @@ def list_and_watch_response(inventory: Inventory) -> dp.ListAndWatchResponse:
 
 
 class DevicePluginServicer(dp_grpc.DevicePluginServicer):
-    def __init__(self, state: PluginState, prestart: PreStart) -> None:
+    def __init__(self, state: PluginState, prestart: PreStart, before_allocate: Callable[[], None] = lambda: None) -> None:
         self._state = state
         self._prestart = prestart
+        self._before_allocate = before_allocate  # brings allocate settings up to date (pool policy)
 
     def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.ServicerContext) -> dp.DevicePluginOptions:
         return dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
@@ -111,6 +112,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         return dp.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:
+        self._before_allocate()
         inventory, settings = self._state.inventory, self._state.allocate_settings
         responses = []
         try:

@@ -2,6 +2,7 @@
 real device plugin serving on unix sockets in a short temp dir (unix socket paths max 107 bytes)."""
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import threading
@@ -9,10 +10,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from tessera.contract import GPU_CORE, LABEL_POOL_KIND, LABEL_SHARING_POLICY
+from tessera.contract import GPU_CORE, LABEL_POOL, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.deviceplugin.eviction import EvictionSettings
 from tessera_node.deviceplugin.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
@@ -20,12 +23,14 @@ from tessera_node.testing.binder import ExtenderStandIn
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
 
 NODE = "gpu-node-1"
+POOL = "pool-a"
 FAST = DevicePluginSettings(
     node_name=NODE,
     tick_s=0.02,
     node_poll_s=0.05,
     reconcile_s=0.5,
     health=HealthSettings(recovery_quiet_s=0.3, responsiveness_check_s=0.05),
+    eviction=EvictionSettings(retry_initial_s=0.05, retry_max_s=0.2),
 )
 
 
@@ -33,13 +38,22 @@ FAST = DevicePluginSettings(
 class Harness:
     spec: str = "H100-80GB:4"
     sharing: str = "fixed-share"
+    pools: dict[str, Any] | None = None  # the pools file's document; None = no pools file
+    evict: bool = True
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dp", dir="/tmp")))
 
     def __post_init__(self) -> None:
         self.kube = FakeKubeApi()
-        self.kube.create_node({"metadata": {"name": NODE, "labels": {LABEL_POOL_KIND: "shared", LABEL_SHARING_POLICY: self.sharing}}})
+        labels = {LABEL_POOL_KIND: "shared", LABEL_POOL: POOL, LABEL_SHARING_POLICY: self.sharing}
+        self.kube.create_node({"metadata": {"name": NODE, "labels": labels}})
         self.backend = SimulatedBackend.from_spec(self.spec, node_seed=NODE)
-        self.settings = replace(FAST, device_plugin_dir=self.root / "dp", pod_resources_socket=self.root / "pr" / "kubelet.sock", state_dir=self.root / "state")
+        self.settings = replace(
+            FAST, device_plugin_dir=self.root / "dp", pod_resources_socket=self.root / "pr" / "kubelet.sock", state_dir=self.root / "state",
+            eviction=replace(FAST.eviction, enabled=self.evict),
+        )
+        if self.pools is not None:
+            self.settings = replace(self.settings, pools_file=self.root / "pools.json")
+            self.write_pools(self.pools)
         self.registry = ContainerRegistry(self.settings.state_dir)
         self.kubelet = KubeletEmulator(self.settings.device_plugin_dir, self.settings.pod_resources_socket, self.kube).start()
         self.plugin: DevicePlugin | None = None
@@ -63,6 +77,11 @@ class Harness:
         if self._thread is not None:
             self._thread.join(15)
             assert not self._thread.is_alive(), "plugin did not stop"
+
+    def write_pools(self, pools: dict[str, Any]) -> None:
+        """What kubelet does when the tessera-pools ConfigMap changes: a new file content."""
+        assert self.settings.pools_file is not None
+        self.settings.pools_file.write_text(json.dumps(pools))
 
     @property
     def extender(self) -> ExtenderStandIn:

@@ -81,6 +81,10 @@ class StubApiServer:
                 stub.requests.append(("POST", self.path, self.headers.get("Content-Type", ""), body))
                 if self.path.endswith("/binding"):
                     self._reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+                elif self.path == "/api/v1/namespaces/default/pods/guarded/eviction":
+                    self._reply(429, _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."))
+                elif self.path.endswith("/eviction"):
+                    self._reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
                 else:
                     self._reply(409, _status(409, "AlreadyExists", 'configmaps "cm" already exists'))
 
@@ -143,6 +147,21 @@ def test_binding_names_pod_uid_and_node(api: KubeApi, stub: StubApiServer) -> No
     method, path, _, body = stub.requests[-1]
     assert (method, path) == ("POST", "/api/v1/namespaces/default/pods/p/binding")
     assert body["metadata"]["uid"] == "u1" and body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-7"}
+
+
+def test_eviction_is_a_policy_v1_eviction_carrying_the_uid_precondition(api: KubeApi, stub: StubApiServer) -> None:
+    api.evict_pod("default", "p", "u1")
+    method, path, _, body = stub.requests[-1]
+    assert (method, path) == ("POST", "/api/v1/namespaces/default/pods/p/eviction")
+    assert (body["apiVersion"], body["kind"]) == ("policy/v1", "Eviction")
+    assert body["metadata"] == {"name": "p", "namespace": "default"}
+    assert body["deleteOptions"]["preconditions"] == {"uid": "u1"}
+
+
+def test_eviction_held_by_a_disruption_budget_is_a_429_to_retry(api: KubeApi) -> None:
+    with pytest.raises(KubeApiError) as info:
+        api.evict_pod("default", "guarded")
+    assert info.value.status == 429 and "disruption budget" in info.value.message
 
 
 @pytest.mark.parametrize(

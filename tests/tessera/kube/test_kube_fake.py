@@ -163,3 +163,55 @@ def test_close_ends_open_watches(api: FakeKubeApi) -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert [e.object["metadata"]["name"] for e in received] == ["p"]
+
+
+def test_eviction_deletes_the_pod_and_collects_its_configmaps(api: FakeKubeApi) -> None:
+    pod = api.create_pod(_pod("p"))
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": pod["metadata"]["uid"]}
+    api.create_configmap("default", {"metadata": {"name": "cm", "ownerReferences": [owner]}, "data": {}})
+    api.evict_pod("default", "p", pod["metadata"]["uid"])
+    assert api.list_pods() == [] and api.list_configmaps() == []
+    with pytest.raises(NotFound):
+        api.evict_pod("default", "p")
+
+
+def test_eviction_of_a_replaced_pod_is_a_conflict(api: FakeKubeApi) -> None:
+    api.create_pod(_pod("p"))
+    with pytest.raises(Conflict):
+        api.evict_pod("default", "p", "uid-of-an-older-pod")
+    assert [p["metadata"]["name"] for p in api.list_pods()] == ["p"]
+
+
+@pytest.mark.parametrize(
+    ("allowed", "labels", "phase", "evicted"),
+    [
+        (0, {"app": "web"}, "Running", False),
+        (1, {"app": "web"}, "Running", True),
+        (0, {"app": "batch"}, "Running", True),
+        (0, {"app": "web"}, "Succeeded", True),
+    ],
+    ids=["budget exhausted", "budget allows one", "budget selects other pods", "finished pod"],
+)
+def test_eviction_respects_disruption_budgets(api: FakeKubeApi, allowed: int, labels: dict[str, str], phase: str, evicted: bool) -> None:
+    api.set_disruption_budget("default", "web", {"app": "web"}, allowed)
+    api.create_pod(_pod("p", labels=labels))
+    api.set_pod_phase("default", "p", phase)
+    if evicted:
+        api.evict_pod("default", "p")
+    else:
+        with pytest.raises(KubeApiError) as info:
+            api.evict_pod("default", "p")
+        assert info.value.status == 429
+    assert (api.list_pods() == []) is evicted
+
+
+def test_a_budget_allows_only_as_many_evictions_as_it_has_left(api: FakeKubeApi) -> None:
+    api.set_disruption_budget("default", "web", {"app": "web"}, 1)
+    for name in ("a", "b"):
+        api.create_pod(_pod(name, labels={"app": "web"}))
+    api.evict_pod("default", "a")
+    with pytest.raises(KubeApiError):
+        api.evict_pod("default", "b")
+    api.set_disruption_budget("default", "web", {"app": "web"}, 1)  # a replacement became ready
+    api.evict_pod("default", "b")
+    assert api.evicted == [("default", "a"), ("default", "b")]

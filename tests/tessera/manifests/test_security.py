@@ -133,3 +133,13 @@ def test_scheduler_budget_keeps_a_leader_when_there_is_a_standby(stack: BuiltSta
     replicas = stack.config.scheduler.replicas
     pdb = stack.find("PodDisruptionBudget", "tessera-scheduler")["spec"]
     assert pdb == {**pdb, **({"minAvailable": 1} if replicas >= 2 else {"maxUnavailable": 1})}
+
+
+def test_node_component_may_evict_pods_but_never_delete_them(stack: BuiltStack) -> None:
+    """Pods on an unhealthy GPU are evicted (PodDisruptionBudgets hold), not deleted."""
+    role = next((r for r in _roles(stack) if r["metadata"]["name"] == node.NAME), None)
+    if role is None:
+        pytest.skip("this stack has no shared pool")
+    grants = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("", "pods/eviction", "create") in grants
+    assert not {(g, r, v) for g, r, v in grants if r == "pods" and v in ("delete", "deletecollection")}
