@@ -149,11 +149,12 @@ def test_sigterm_thaws_before_exit(node: Node, procs: list[AgentProcess]) -> Non
 def test_lease_guard_thaws_after_the_agent_dies(node: Node, procs: list[AgentProcess]) -> None:
     guard = AgentProcess(node, "--lease-guard")
     procs.append(guard)
-    agent = AgentProcess(node, "--lease-ttl", "0.5")
+    # a lease long enough that a loaded CI machine still renews it in time, short enough to outlive
+    agent = AgentProcess(node, "--lease-ttl", "2.0")
     procs.append(agent)
     node.set_online_sm(80)
     eventually(node.offline_frozen, "the offline container is frozen")
-    time.sleep(1.0)  # longer than the lease: only renewal kept it frozen
+    time.sleep(2.5)  # longer than the lease: only renewal kept it frozen
     assert node.offline_frozen(), "a live agent renews its leases"
     agent.stop(signal.SIGKILL)
     eventually(lambda: not node.offline_frozen(), "the lease guard thaws the orphaned freeze")
