@@ -46,6 +46,8 @@ class FragmentationMeasure:
                 w *= max(s.gpu_count * s.gpu_milli, 1) / MILLI_PER_GPU
             elif weighting == "multi" and s.gpu_count > 1:  # an N-GPU pod weighs like N pods
                 w *= s.gpu_count
+            elif weighting == "sqrt" and s.gpu_count > 1:  # ... like sqrt(N) pods
+                w *= s.gpu_count**0.5
             shapes.append(
                 _Shape(
                     s.gpu_count,
