@@ -37,17 +37,22 @@ class _Shape:
 class FragmentationMeasure:
     """Expected fragmented milli-GPUs of a node state under one mix snapshot."""
 
-    def __init__(self, snapshot: MixSnapshot, *, faithful: bool = False, weighting: str = "pods") -> None:
+    def __init__(
+        self, snapshot: MixSnapshot, *, faithful: bool = False, weighting: str = "pods", multi_boost_max_share: float = 0.02
+    ) -> None:
+        """`weighting`: "pods" (FGD: by pod count), "gpu" (by GPU demand), "multi" (an N-GPU pod
+        weighs like N pods, but only while multi-GPU pods are under `multi_boost_max_share` of
+        the pods: when they are common their pod count already protects whole nodes)."""
         self.epoch = snapshot.epoch
         shapes: list[_Shape] = []
+        multi_share = sum(s.weight for s in snapshot.shapes if s.gpu_count > 1)
+        boost = weighting == "multi" and multi_share < multi_boost_max_share
         for s in snapshot.shapes:
             w = s.weight
             if weighting == "gpu":  # weight a shape by the GPU it asks for, not by its pod count
                 w *= max(s.gpu_count * s.gpu_milli, 1) / MILLI_PER_GPU
-            elif weighting == "multi" and s.gpu_count > 1:  # an N-GPU pod weighs like N pods
+            elif boost and s.gpu_count > 1:
                 w *= s.gpu_count
-            elif weighting == "sqrt" and s.gpu_count > 1:  # ... like sqrt(N) pods
-                w *= s.gpu_count**0.5
             shapes.append(
                 _Shape(
                     s.gpu_count,

@@ -6,7 +6,10 @@ Pure: no I/O, no clock. The HTTP server (`tessera.webhook.server`) decodes the b
 1. qGPU names (`tke.cloud.tencent.com/qgpu-core` %, `qgpu-memory` GiB) become Tessera names
    (`tessera.dev/gpu-core` %, `tessera.dev/gpu-memory` MiB) when the pod can only land on pools
    that opted in (see `alias_mapping_applies`).
-2. `schedulerName: tessera-scheduler` when any container asks for `tessera.dev/*`.
+2. `schedulerName: tessera-scheduler` when any container asks for `tessera.dev/*`, and a
+   toleration of the shared pools' taint `tessera.dev/gpu=shared:NoSchedule` unless the pod
+   already tolerates it (qGPU users' manifests carry no Tessera toleration; without it
+   kube-scheduler filters every shared node out before the extender is asked).
 3. The annotation `tessera.dev/allocation-configmap` and, in every GPU container, env entries
    read from that ConfigMap (`<container>.<KEY>`), which the extender writes at bind.
 4. A request that cannot be scheduled correctly is rejected with a message saying what to change.
@@ -18,6 +21,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from tessera import contract
@@ -29,6 +33,12 @@ DEFAULT_SCHEDULER: Final = "default-scheduler"
 TESSERA_PREFIX: Final = "tessera.dev/"
 MIB_PER_GIB: Final = 1024
 ALLOCATION_CONFIGMAP_PREFIX: Final = "tessera-alloc-"
+SHARED_POOL_KIND: Final = "shared"  # the value of the TAINT_GPU taint on pools that offer tessera.dev/*
+# Every shared node carries TAINT_GPU=shared:NoSchedule (components/tke/labels_taints.py), and
+# tessera.dev/* resources exist only on shared nodes, so every pod the webhook routes needs this.
+SHARED_GPU_TOLERATION: Final[Mapping[str, str]] = MappingProxyType(
+    {"key": contract.TAINT_GPU, "operator": "Equal", "value": SHARED_POOL_KIND, "effect": "NoSchedule"}
+)
 # Without the device list a container would see every GPU the runtime exposes, so a missing key
 # must stop the container (CreateContainerConfigError) instead of starting it unconfined. The
 # MPS keys only exist on pools that use MPS, so they are optional.
@@ -128,6 +138,7 @@ def mutate_pod(
     if not gpu_containers:
         return Mutation(tuple(patch), tuple(warnings))
     patch.extend(_scheduler_name_patch(spec, settings.scheduler_name))
+    patch.extend(_toleration_patch(spec, SHARED_GPU_TOLERATION))
     configmap = _allocation_configmap_name(pod, request_uid)
     patch.extend(_annotation_patch(pod, contract.ANNOTATION_ALLOCATION_CONFIGMAP, configmap))
     for section, index, container in gpu_containers:
@@ -266,6 +277,30 @@ def _scheduler_name_patch(spec: Mapping[str, Any], scheduler: str) -> list[JsonP
             f"{scheduler!r}; remove schedulerName from the pod"
         )
     return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler}]
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' toleration matching: an empty effect matches every effect, `Exists` with an
+    empty key matches every taint, `Exists` matches any value of its key, and `Equal` (the
+    default operator) needs the same key and value."""
+    if toleration.get("effect") not in (None, "", taint.get("effect")):
+        return False
+    key = toleration.get("key") or ""
+    if toleration.get("operator") == "Exists":
+        return key in ("", taint.get("key"))
+    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _toleration_patch(spec: Mapping[str, Any], wanted: Mapping[str, str]) -> list[JsonPatchOp]:
+    """Add `wanted` unless a toleration the pod has already tolerates the same taint (so a
+    re-invoked webhook, or a user's own `operator: Exists`, never gets a duplicate)."""
+    current = spec.get("tolerations")
+    taint = {"key": wanted["key"], "value": wanted["value"], "effect": wanted["effect"]}
+    if current and any(isinstance(t, Mapping) and tolerates(t, taint) for t in current):
+        return []
+    if not current:
+        return [{"op": "add", "path": "/spec/tolerations", "value": [dict(wanted)]}]
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": dict(wanted)}]
 
 
 def _allocation_configmap_name(pod: Mapping[str, Any], request_uid: str) -> str:

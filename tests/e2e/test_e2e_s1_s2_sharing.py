@@ -186,13 +186,6 @@ def test_s2_qgpu_manifests_keep_working_on_an_opted_in_pool() -> None:
         cluster.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integration gap: every shared node is tainted tessera.dev/gpu=shared:NoSchedule "
-    "(components/tke/labels_taints.py _build_pool_taints) but tessera/webhook/admission.py mutate_pod "
-    "adds no toleration to the pods it routes to tessera-scheduler, so a seed-000 Job that only asks "
-    "for resources is filtered out by kube-scheduler's TaintToleration before the extender is asked",
-)
 def test_s2_seed_job_without_tolerations_is_scheduled(mixed: E2ECluster) -> None:
     mixed.create(job_pod("s2-seed", {GPU_CORE: 30, GPU_MEMORY: 3072}, tolerate=None))
     try:

@@ -13,7 +13,7 @@ import pytest
 from agent_world import NODE, World
 from test_agent_metrics import scrape
 
-from tessera.contract import GpuShare
+from tessera.contract import LABEL_MEMORY_ENFORCEMENT, GpuShare
 from tessera.kube.api import KubeObject
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED
@@ -54,7 +54,8 @@ class SiblingPod:
 def world(tmp_path: Path) -> Iterator[tuple[World, Kubelet, SiblingPod, str]]:
     world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE))
     kubelet = Kubelet()
-    kubelet.create_node({"metadata": {"name": NODE, "labels": {}}})
+    # the pool's policy as the agent reads it from its node on every pod-status refresh
+    kubelet.create_node({"metadata": {"name": NODE, "labels": {LABEL_MEMORY_ENFORCEMENT: "enforce"}}})
     world.kube = kubelet
     world.agent = world.new_agent()
     pod = SiblingPod(str(uuidlib.uuid4()), {name: uuidlib.uuid4().hex * 2 for name in LIMITS})
