@@ -7,6 +7,7 @@ inputs, `tessera plan`/docs can show them, and the tests check them directly.
 | --------- | ----------------------------------------------- | ----------------------------------------------------------- |
 | nvidia    | NVIDIA's (gpu-operator), whole GPUs             | pool, pool-kind, gputype=nvidia                              |
 | shared    | Tessera's; NVIDIA's switched off by label       | + sharing-policy, gpu-placement, online-offline, memory-... |
+|           |                                                 |   (+ max-shares-per-gpu when sharesPerGpu is set)           |
 | mig       | NVIDIA's + mig-manager                          | + nvidia.com/mig.config, nvidia.com/device-plugin.config     |
 | timeslice | NVIDIA's with time-slicing replicas             | + nvidia.com/device-plugin.config                            |
 
@@ -22,6 +23,7 @@ from components.config.pools import MigPool, NvidiaPool, SharedPool, TimeslicePo
 from tessera.contract import (
     LABEL_GPU_PLACEMENT,
     LABEL_GPUTYPE,
+    LABEL_MAX_SHARES_PER_GPU,
     LABEL_MEMORY_ENFORCEMENT,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,
     LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY,
@@ -69,6 +71,10 @@ def _build_pool_labels(pool: AnyPool) -> dict[str, str]:
         labels[LABEL_GPU_PLACEMENT] = sharing.placement
         labels[LABEL_ONLINE_OFFLINE] = "true" if sharing.online_offline else "false"
         labels[LABEL_MEMORY_ENFORCEMENT] = sharing.memory_enforcement
+        if sharing.shares_per_gpu is not None:
+            # The extender caps containers per GPU by this label (the pools file carries it too);
+            # scheduled re-partitioning overwrites it per layout.
+            labels[LABEL_MAX_SHARES_PER_GPU] = str(sharing.shares_per_gpu)
         # gpu-operator skips its device plugin on nodes with this label; Tessera's serves them.
         labels[LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY] = "false"
     if isinstance(pool, MigPool):

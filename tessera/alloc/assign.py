@@ -2,7 +2,8 @@
 
 A policy only supplies a ranking of candidate GPUs (`GpuRank`); this module enforces the hard
 rules: healthy GPUs of an allowed model, a share needs `gpu_milli` free compute (and the
-requested GPU memory) on one GPU, a whole-GPU request takes idle GPUs only, and containers of one
+requested GPU memory) on one GPU that holds fewer shares than the node's max-shares-per-gpu, a
+whole-GPU request takes idle GPUs only, and containers of one
 pod are assigned in order against the capacity the previous ones left.
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ class Slot:
     memory_mib: int
     offline_milli: int
     used_milli: int
+    shares: int = 0  # containers holding a share of this GPU
+    max_shares: int | None = None  # the node's max-shares-per-gpu; None = no cap
 
     @property
     def idle(self) -> bool:
@@ -31,6 +34,8 @@ class Slot:
     def can_host(self, c: ContainerRequest) -> bool:
         if c.whole:
             return self.idle
+        if self.max_shares is not None and self.shares >= self.max_shares:
+            return False
         if self.free_milli < c.gpu_milli:
             return False
         return c.gpu_memory_mib is None or self.free_memory_mib >= c.gpu_memory_mib
@@ -41,6 +46,8 @@ class Slot:
         self.free_milli -= milli
         self.used_milli += milli
         self.free_memory_mib -= memory
+        if not c.whole:
+            self.shares += 1
         if offline:
             self.offline_milli += milli
 
@@ -56,8 +63,9 @@ def usable(gpu: GpuState, pod: PodRequest) -> bool:
 
 
 def slots_for(node: NodeState, pod: PodRequest) -> list[Slot]:
+    cap = node.max_shares_per_gpu
     return [
-        Slot(g.index, g.free_milli, g.free_memory_mib, g.memory_mib, g.offline_milli, g.used_milli)
+        Slot(g.index, g.free_milli, g.free_memory_mib, g.memory_mib, g.offline_milli, g.used_milli, g.shares, cap)
         for g in node.gpus
         if usable(g, pod)
     ]

@@ -137,7 +137,7 @@ class Cluster:
                     continue
                 del self._pods[uid]
                 try:
-                    self.reserve(pod, placement)
+                    self._reserve(pod, placement, share_cap=False)
                 except ReserveConflict:
                     dropped.append(uid)
         return dropped
@@ -207,8 +207,8 @@ class Cluster:
         if hit is not None and hit[0] == node.version:
             return hit[1]
         sig = (
-            tuple((g.index, g.model, g.memory_mib, g.healthy, g.used_milli, g.used_memory_mib, g.offline_milli) for g in node.gpus),
-            node.cpu_milli, node.memory_mib, node.used_cpu_milli, node.used_memory_mib, node.gpu_placement,
+            tuple((g.index, g.model, g.memory_mib, g.healthy, g.used_milli, g.used_memory_mib, g.offline_milli, g.shares) for g in node.gpus),
+            node.cpu_milli, node.memory_mib, node.used_cpu_milli, node.used_memory_mib, node.gpu_placement, node.max_shares_per_gpu,
         )
         self._signatures[node.name] = (node.version, sig)
         return sig
@@ -273,6 +273,11 @@ class Cluster:
         """Commit a placement after re-checking it against the current state; raises
         `ReserveConflict` (and changes nothing) when it no longer fits. Idempotent for a pod
         already holding exactly this placement (kube-scheduler retries a bind)."""
+        self._reserve(pod, placement, share_cap=True)
+
+    def _reserve(self, pod: PodRequest, placement: Placement, *, share_cap: bool) -> None:
+        """`share_cap=False` for pods that already run (inventory replaced, restore after a
+        restart): a lowered max-shares-per-gpu blocks new shares but never evicts."""
         held = self._pods.get(pod.uid)
         if held is not None:
             if held[1].node == placement.node and held[1].containers == placement.containers:
@@ -298,13 +303,17 @@ class Cluster:
                     raise ReserveConflict(f"{placement.node}: GPU {grant.index} is missing, unhealthy or of another model")
                 if request.whole and not gpu.idle:
                     raise ReserveConflict(f"{placement.node}: GPU {grant.index} is not idle for a whole-GPU request")
-                acc = need.setdefault(grant.index, [0, 0])
+                acc = need.setdefault(grant.index, [0, 0, 0])
                 acc[0] += grant.milli
                 acc[1] += grant.memory_mib
-        for index, (milli, memory) in need.items():
+                acc[2] += 0 if request.whole else 1
+        cap = node.max_shares_per_gpu if share_cap else None
+        for index, (milli, memory, shares) in need.items():
             gpu = by_index[index]
             if milli > gpu.free_milli or memory > gpu.free_memory_mib:
                 raise ReserveConflict(f"{placement.node}: GPU {index} has {gpu.free_milli} milli / {gpu.free_memory_mib} MiB free")
+            if cap is not None and shares and gpu.shares + shares > cap:
+                raise ReserveConflict(f"{placement.node}: GPU {index} already holds {gpu.shares} of at most {cap} shares")
         self._apply(node, pod, placement, +1)
         self._pods[pod.uid] = (pod, placement)
 
@@ -329,6 +338,8 @@ class Cluster:
                     continue
                 gpu.used_milli += sign * grant.milli
                 gpu.used_memory_mib += sign * grant.memory_mib
+                if grant.milli < MILLI_PER_GPU:  # a share, counted against max-shares-per-gpu
+                    gpu.shares += sign
                 if offline:
                     gpu.offline_milli += sign * grant.milli
         node.used_cpu_milli += sign * pod.cpu_milli
@@ -384,5 +395,5 @@ class Cluster:
         order = {c.name: i for i, c in enumerate(pod.gpu_containers)}
         containers.sort(key=lambda cp: order.get(cp.name, len(order)))
         placement = Placement(allocation.node, tuple(containers))
-        self.reserve(pod, placement)
+        self._reserve(pod, placement, share_cap=False)
         return placement

@@ -72,6 +72,7 @@ class _FragPolicyBase:
             and pod.app_class != "offline"
             and (self.faithful or node.gpu_placement is None)
             and not any(g.offline_milli for g in node.gpus)
+            and node.max_shares_per_gpu is None  # the share cap is enforced in assign()
         )
         if simple:
             return self._evaluate_simple(node, pod, containers[0] if containers else None)

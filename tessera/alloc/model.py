@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, NewType
 
-from tessera.contract import CORE_PER_GPU, GPU_CORE, LABEL_GPU_PLACEMENT, AppClass, GpuPlacement
+from tessera.contract import CORE_PER_GPU, GPU_CORE, LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, AppClass, GpuPlacement
 
 MILLI_PER_GPU: Final = 1000
 MILLI_PER_CORE: Final = MILLI_PER_GPU // CORE_PER_GPU  # 10 milli = 1 % of a GPU
@@ -137,6 +137,7 @@ class GpuState:
     used_milli: int = 0
     used_memory_mib: int = 0
     offline_milli: int = 0  # part of used_milli held by offline pods
+    shares: int = 0  # containers holding a share (not a whole GPU) of it; capped by max_shares_per_gpu
 
     @property
     def free_milli(self) -> int:
@@ -181,6 +182,14 @@ class NodeState:
         if value == "spread":
             return "spread"
         return None
+
+    @property
+    def max_shares_per_gpu(self) -> int | None:
+        """Most containers sharing one GPU (`tessera.dev/max-shares-per-gpu`, set by scheduled
+        re-partitioning or the pool's `sharesPerGpu`); None when absent or unreadable (no cap
+        beyond compute). Whole-GPU requests are not affected."""
+        value = self.labels.get(LABEL_MAX_SHARES_PER_GPU, "")
+        return int(value) if value.isdigit() and int(value) > 0 else None
 
     @property
     def models(self) -> frozenset[str]:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import EXTENDER_PORT
+from tessera.contract import ENV_POOLS_FILE, EXTENDER_PORT
 
 
 def register(sub: Any) -> None:
@@ -29,6 +30,13 @@ def register(sub: Any) -> None:
     serve.add_argument("--simulate", type=Path, metavar="NODES.csv", help="serve an in-memory cluster from an openb-schema node CSV")
     serve.add_argument(
         "--gpu-placement", choices=["binpack", "spread"], help="with --simulate: GPU-level placement label of the simulated pool"
+    )
+    serve.add_argument(
+        "--pools-file",
+        type=Path,
+        default=os.environ.get(ENV_POOLS_FILE) or None,
+        metavar="PATH",
+        help=f"pools file (pool -> placement, policy, sharesPerGpu); default ${ENV_POOLS_FILE}, else node labels only",
     )
     serve.add_argument("--assume-ttl", type=float, default=300.0, help="seconds an annotated but unbound pod keeps its GPUs (default 300)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -81,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
         policy=policy,
         server=ServerSettings(host=host, port=args.port),
         state=StateSettings(track_host_resources=simulate, assume_ttl_s=args.assume_ttl),
+        pools_file=Path(args.pools_file) if args.pools_file else None,
     )
     try:
         service = ExtenderService(api, config, pod_sink=pod_sink)

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from tessera.alloc import FitFailure, InvalidRequest, PodRequest, pod_request_from_k8s
 from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, ANNOTATION_GPU_INDEX_PREFIX, Allocation
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, KubeObject, NotFound
-from tessera.scheduler.allocation_record import configmap_body, configmap_data, configmap_name
+from tessera.scheduler.allocation_record import configmap_body, configmap_data, configmap_name, uses_mps
 from tessera.scheduler.extender_types import ExtenderBindingArgs, ExtenderBindingResult
 from tessera.scheduler.metrics import BindOutcome, ExtenderMetrics
 from tessera.scheduler.state import Expired, SchedulerState
@@ -153,7 +153,8 @@ class Binder:
         with self._state.lock:
             node = self._state.cluster.nodes.get(allocation.node)
             memory = {g.index: g.memory_mib for g in node.gpus} if node is not None else {}
-        body = configmap_body(pod, name, configmap_data(allocation, memory))
+            mps = node is not None and uses_mps(node.labels)
+        body = configmap_body(pod, name, configmap_data(allocation, memory, mps=mps))
         try:
             self._api.create_configmap(namespace, body)
         except Conflict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tessera.alloc import DEFAULT_POLICY, Cluster, PlacementPolicy
 from tessera.kube.api import KubeApi
@@ -20,6 +21,9 @@ class ExtenderConfig:
     """Everything `tessera scheduler serve` can set; each part documents its defaults.
 
     policy: node-level placement policy; default fragmentation-aware (Tessera's best packing).
+    pools_file: the mounted pools document (`tessera.contract.POOLS_FILE`); default None = pool
+        settings from node labels only. In a cluster the CLI passes the mounted file so a
+        placement, policy or sharesPerGpu edit applies without relabelling nodes.
     """
 
     policy: PlacementPolicy = DEFAULT_POLICY
@@ -27,6 +31,7 @@ class ExtenderConfig:
     state: StateSettings = field(default_factory=StateSettings)
     bind: BindSettings = field(default_factory=BindSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
+    pools_file: Path | None = None
 
 
 class ExtenderService:
@@ -41,7 +46,7 @@ class ExtenderService:
         self.api = api
         self.config = config
         self.metrics = ExtenderMetrics()
-        self.state = SchedulerState(Cluster(policy=config.policy), config.state, clock=clock)
+        self.state = SchedulerState(Cluster(policy=config.policy), config.state, clock=clock, pools_file=config.pools_file)
         self.binder = Binder(api, self.state, self.metrics, config.bind, clock=clock)
         self.sync = ClusterSync(api, self.state, self.binder, config.sync)
         self.extender = Extender(self.state, self.binder, ready=self.sync.ready, pod_sink=pod_sink)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,10 +24,12 @@ from enum import Enum
 from tessera.alloc import Cluster, Evaluation, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
 from tessera.alloc import node_state_from_k8s, pod_request_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
-from tessera.contract import ANNOTATION_ALLOCATION, LABEL_POOL_KIND, Allocation
+from tessera.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND, Allocation
 from tessera.kube.api import KubeObject
+from tessera.pools_file import PoolsFileWatch
 from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
+from tessera.scheduler.pool_settings import PoolSettings
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +90,9 @@ def is_shared_gpu_node(node: KubeObject) -> bool:
 
 
 class SchedulerState:
-    def __init__(self, cluster: Cluster, settings: StateSettings, *, clock: Callable[[], float]) -> None:
+    def __init__(self, cluster: Cluster, settings: StateSettings, *, clock: Callable[[], float], pools_file: Path | None = None) -> None:
+        """`pools_file`: the mounted pools document; its per-pool placement, sharing policy and
+        shares per GPU apply to the pool's nodes (see `pool_settings`); None = node labels only."""
         self.cluster = cluster
         self.settings = settings
         self.lock = threading.RLock()
@@ -97,6 +102,27 @@ class SchedulerState:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.inconsistencies = 0  # records that could not be restored (should stay 0)
         self.views = EvaluationViews()  # every change of a node must be reported to it
+        self.pool_settings = PoolSettings()
+        self._pools_watch = PoolsFileWatch(pools_file) if pools_file is not None else None
+        self._node_objects: dict[str, KubeObject] = {}  # shared nodes as last seen, re-applied on a pools edit
+        self.refresh_pools()
+
+    # --- pools file -----------------------------------------------------------------------------
+    def refresh_pools(self) -> None:
+        """Re-read the pools file if it may have changed; nodes of a pool whose settings changed are
+        re-applied, which marks them changed for the evaluation caches."""
+        if self._pools_watch is None:
+            return
+        with self.lock:
+            document = self._pools_watch.poll()
+            if document is None:
+                return
+            changed = self.pool_settings.load_file(document)
+            if not changed:
+                return
+            for node in list(self._node_objects.values()):
+                if ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_POOL, "") in changed:
+                    self.apply_node(node)
 
     # --- nodes ----------------------------------------------------------------------------------
     def apply_node(self, node: KubeObject) -> None:
@@ -110,6 +136,8 @@ class SchedulerState:
             if state is None:
                 self.remove_node(name)
                 return
+            self._node_objects[name] = node
+            state.labels = self.pool_settings.effective_labels(name, state.labels)
             fingerprint = repr((state.gpus, state.labels, state.cpu_milli, state.memory_mib))
             if self._node_fingerprints.get(name) == fingerprint:
                 return  # a heartbeat or status change that does not touch the inventory
@@ -143,6 +171,8 @@ class SchedulerState:
                 return  # not a Tessera node (e.g. a CPU node's heartbeat): nothing changes
             self.views.touched(name)
             self._node_fingerprints.pop(name, None)
+            self._node_objects.pop(name, None)
+            self.pool_settings.forget_node(name)
             for uid in self.cluster.remove_node(name):
                 self._entries.pop(uid, None)
 
@@ -238,6 +268,7 @@ class SchedulerState:
 
     def evaluations(self, request: PodRequest, names: Iterable[str]) -> dict[str, Evaluation | FitFailure]:
         """The production policy's answer for every node in `names` (caller holds the lock)."""
+        self.refresh_pools()
         return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate)
 
     def fits_after_evicting(self, request: PodRequest, node: str, victims: Iterable[str]) -> bool:
@@ -263,6 +294,7 @@ class SchedulerState:
     def reserve_for_bind(self, request: PodRequest, node: str) -> Placement | FitFailure:
         """Choose GPUs on `node` with the production policy and reserve them, atomically."""
         with self.lock:
+            self.refresh_pools()
             placement = self.cluster.place(request, node)
             if placement is None:
                 failure = self.cluster.check_fit(request, node)

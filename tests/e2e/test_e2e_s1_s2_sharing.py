@@ -164,7 +164,8 @@ def test_s2_gpu_core_100_gets_a_whole_gpu_of_a_two_gpu_node() -> None:
 
 
 def test_s2_gpu_core_200_gets_two_whole_gpus() -> None:
-    cluster = E2ECluster(stack(shared_pool(instance_type="GN7.20XLARGE320")))  # 4 x T4
+    # fixed-share: the only policy whose containers get MPS memory limits (by device ordinal)
+    cluster = E2ECluster(stack(shared_pool(policy="fixed-share", instance_type="GN7.20XLARGE320")))  # 4 x T4
     try:
         pod, views = cluster.submit_and_run(job_pod("s2-two", {GPU_CORE: 200}))
         env = views["main"].env

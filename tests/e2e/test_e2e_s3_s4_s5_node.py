@@ -37,8 +37,8 @@ def test_s3_policy_decides_the_compute_cap(policy: str) -> None:
         views = {"s3-60": big_views["main"], "s3-30": small_views["main"]}
         for view in views.values():
             assert view.env["TESSERA_SHARING_POLICY"] == policy
-        assert views["s3-60"].env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M"
-        assert views["s3-30"].env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3072M"
+        assert views["s3-60"].env["TESSERA_GPU_MEMORY_MIB"] == "6144"
+        assert views["s3-30"].env["TESSERA_GPU_MEMORY_MIB"] == "3072"
         node = cluster.nodes[NODE]
         assert wait_until(lambda: _registered(cluster, 2)), "PreStartContainer registers both containers with the agent"
         agent = cluster.start_agent(NODE)
@@ -50,12 +50,15 @@ def test_s3_policy_decides_the_compute_cap(policy: str) -> None:
             # percentage from the ConfigMap plus the daemon the agent runs for the GPU
             assert views["s3-60"].env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "60"
             assert views["s3-30"].env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+            assert views["s3-60"].env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M"
+            assert views["s3-30"].env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3072M"
             assert mps_mounted == [True, True]
             assert gpu.mps_daemon_running, "the agent runs the GPU's MPS control daemon"
         else:
-            # no MPS daemon and no pipe directory in the container: the MPS env is inert and
-            # both jobs compete freely for the GPU (about the same rate)
+            # no MPS daemon, no pipe directory and no CUDA_MPS_* env in the container: both
+            # jobs compete freely for the GPU (about the same rate)
             assert mps_mounted == [False, False]
+            assert not any(k.startswith("CUDA_MPS_") for v in views.values() for k in v.env)
             assert not gpu.mps_daemon_running
         assert gpu.core_allocated_pct == 90
     finally:

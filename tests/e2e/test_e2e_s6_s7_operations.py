@@ -100,13 +100,6 @@ def test_s6_applying_a_layout_relabels_only_the_pools_nodes(day_night: E2ECluste
     assert day_night.api.get_node("t4-shared-0")["metadata"]["labels"][LABEL_MAX_SHARES_PER_GPU] == "4"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integration gap: tessera/repartition.py layout_labels sets tessera.dev/max-shares-per-gpu on "
-    "shared nodes (and the contract says the extender filters GPUs holding that many pods), but nothing "
-    "in tessera/alloc or tessera/scheduler reads LABEL_MAX_SHARES_PER_GPU (nor sharing.sharesPerGpu from "
-    "the pools file), so the night layout (1 share per GPU) still packs several pods on one GPU",
-)
 def test_s6_night_layout_gives_each_pod_a_gpu_of_its_own(day_night: E2ECluster) -> None:
     _apply(day_night, 1)
     first, _ = day_night.submit_and_run(job_pod("s6-a", {GPU_CORE: 10}))

@@ -192,13 +192,6 @@ def test_s9_placement_edit_on_node_labels_reaches_the_running_extender() -> None
         cluster.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integration gap: the extender Deployment mounts the pools file (TESSERA_POOLS_FILE) but "
-    "tessera/scheduler never reads it; GPU placement comes only from the node label "
-    "tessera.dev/gpu-placement (tessera/alloc/model.py), so on provider existing a placement edit does "
-    "nothing until nodes/label-nodes.sh is re-run",
-)
 def test_s9_placement_edit_in_the_pools_file_alone_reaches_the_extender() -> None:
     cluster = E2ECluster(stack(shared_pool(placement="binpack", instance_type="GN7.10XLARGE160")))
     try:

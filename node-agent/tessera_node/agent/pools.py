@@ -8,12 +8,11 @@ clusters wired by hand.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from tessera.contract import LABEL_POOL
+from tessera.pools_file import read_pools_file as read_pools_file  # shared with the extender; re-exported here
 from tessera_node.agent.registry import MemoryEnforcement, PoolPolicy, SharingPolicy, pool_policy_from_node_labels
 
 
@@ -35,17 +34,6 @@ def pool_policy_from_entry(entry: Mapping[str, Any], default: PoolPolicy) -> Poo
         online_offline=bool(entry.get("onlineOffline", default.online_offline)),
         offline_resume_idle_s=idle,
     )
-
-
-def read_pools_file(path: Path | None) -> dict[str, Any]:
-    """The pools document, or {} when there is none or it cannot be parsed (labels then apply)."""
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def pool_policy_for_node(labels: Mapping[str, str], pools: Mapping[str, Any], default: PoolPolicy) -> PoolPolicy:

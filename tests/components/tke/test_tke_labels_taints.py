@@ -13,6 +13,7 @@ from components.tke.labels_taints import GPUTYPE_BY_KIND, MIG_DISABLED, AnyPool,
 from tessera.contract import (
     LABEL_GPU_PLACEMENT,
     LABEL_GPUTYPE,
+    LABEL_MAX_SHARES_PER_GPU,
     LABEL_MEMORY_ENFORCEMENT,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,
     LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY,
@@ -25,6 +26,7 @@ from tessera.contract import (
     device_plugin_config_name,
     mig_config_name,
 )
+from tessera.manifests.existing_nodes import pool_commands
 
 
 def pool(data: dict[str, Any]) -> AnyPool:
@@ -92,6 +94,15 @@ def test_shared_pool_without_online_offline_says_false() -> None:
     labels = _build_pool_labels(pool({**T4_SHARED, "sharing": {"policy": "best-effort"}}))
     assert labels[LABEL_ONLINE_OFFLINE] == "false"
     assert labels[LABEL_MEMORY_ENFORCEMENT] == "enforce"
+
+
+@pytest.mark.parametrize(("shares", "label"), [(1, "1"), (4, "4"), (None, None)])
+def test_shares_per_gpu_becomes_the_extenders_cap_label(shares: int | None, label: str | None) -> None:
+    sharing: dict[str, Any] = {"policy": "best-effort", **({"sharesPerGpu": shares} if shares else {})}
+    p = pool({**T4_SHARED, "nodeSelector": {"gpu": "t4"}, "sharing": sharing})
+    assert _build_pool_labels(p).get(LABEL_MAX_SHARES_PER_GPU) == label
+    script = " ".join(pool_commands(p))  # provider existing: nodes/label-nodes.sh sets it too
+    assert (f"{LABEL_MAX_SHARES_PER_GPU}={label}" in script) is (label is not None)
 
 
 def test_user_labels_are_kept_next_to_tesseras() -> None:

@@ -27,9 +27,17 @@ from tessera.scheduler.sync import SyncSettings  # noqa: E402
 GIB = 1024
 
 
-def node_manifest(name: str, gpus: int = 2, *, model: str = "T4", memory_mib: int = 16 * GIB, placement: str | None = None) -> KubeObject:
+def node_manifest(
+    name: str,
+    gpus: int = 2,
+    *,
+    model: str = "T4",
+    memory_mib: int = 16 * GIB,
+    placement: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> KubeObject:
     inventory = [NodeGpu(i, f"GPU-{name}-{i}", model, memory_mib).to_json() for i in range(gpus)]
-    labels = {LABEL_POOL_KIND: "shared"}
+    labels = {LABEL_POOL_KIND: "shared", **(labels or {})}
     if placement:
         labels[LABEL_GPU_PLACEMENT] = placement
     return {
@@ -70,6 +78,7 @@ class Harness:
     max_body_bytes: int = 8 * 1024 * 1024
     clock: Callable[[], float] = time.time
     ttl_s: float = 300.0
+    pools_file: Path | None = None
     services: list[ExtenderService] = field(default_factory=list)
     clients: list[ExtenderClient] = field(default_factory=list)
 
@@ -79,6 +88,7 @@ class Harness:
             server=ServerSettings(host="127.0.0.1", port=0, max_body_bytes=self.max_body_bytes),
             state=StateSettings(assume_ttl_s=self.ttl_s),
             sync=SyncSettings(watch_timeout_s=0.5, retry_backoff_s=0.1, janitor_interval_s=3600),
+            pools_file=self.pools_file,
         )
         service = ExtenderService(self.api, config, clock=self.clock)
         assert service.start(wait_ready_s=10), "extender cache did not sync"

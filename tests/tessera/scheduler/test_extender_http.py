@@ -9,7 +9,7 @@ from conftest import GIB, Harness, node_manifest, pod_manifest, wait_until
 from kube_scheduler_emulator import ExtenderClient
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ALLOCATION_ENV_KEYS, ANNOTATION_ALLOCATION, ANNOTATION_GPU_INDEX_PREFIX, Allocation
+from tessera.contract import ALLOCATION_ENV_KEYS, ANNOTATION_ALLOCATION, ANNOTATION_GPU_INDEX_PREFIX, LABEL_SHARING_POLICY, Allocation
 
 
 def _allocation(harness: Harness, name: str) -> Allocation:
@@ -75,7 +75,7 @@ def test_invalid_request_is_unresolvable_with_a_message_not_an_error(harness: Ha
 
 
 def test_bind_writes_configmap_annotations_and_binding(harness: Harness) -> None:
-    harness.api.create_node(node_manifest("n1", gpus=3))
+    harness.api.create_node(node_manifest("n1", gpus=3, labels={LABEL_SHARING_POLICY: "fixed-share"}))
     service = harness.start()
     scheduler = harness.scheduler(service)
     pod = pod_manifest("multi", ("train", 50, 4 * GIB), ("sidecar", 0, None), ("infer", 200, None))
