@@ -98,6 +98,9 @@ class SchedulerState:
         self.lock = threading.RLock()
         self._clock = clock
         self._entries: dict[PodUid, PodEntry] = {}
+        # pod uid -> assume time of a reservation the TTL released: a watch event delivered late
+        # (written before the annotations were stripped) must not bring that reservation back
+        self._expired: dict[PodUid, float] = {}
         self._node_fingerprints: dict[str, str] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.inconsistencies = 0  # records that could not be restored (should stay 0)
@@ -196,6 +199,7 @@ class SchedulerState:
             entry = self._entries.get(uid)
             if phase in _TERMINAL_PHASES:
                 self._release(uid)
+                self._expired.pop(uid, None)
                 return
             if entry is not None and entry.holding is Holding.IN_FLIGHT:
                 return  # the bind in flight owns this pod until it finishes
@@ -212,6 +216,9 @@ class SchedulerState:
                 log.warning("pod %s/%s is bound to %s but its allocation names %s", meta.get("namespace"), meta.get("name"), bound_to, allocation.node)
                 self._release(uid)
                 return
+            if not bound_to and _same_reservation(self._expired.get(uid), allocation.assumed_at):
+                return  # the record of a reservation that already expired, seen late
+            self._expired.pop(uid, None)
             holding = Holding.BOUND if bound_to else Holding.ASSUMED
             self._restore(pod, uid, allocation, holding)
 
@@ -238,6 +245,7 @@ class SchedulerState:
         uid = PodUid(str((pod.get("metadata") or {}).get("uid", "")))
         with self.lock:
             self._release(uid)
+            self._expired.pop(uid, None)
 
     def replace_pods(self, pods: Iterable[KubeObject]) -> None:
         """After a (re)list: apply every pod, release the ones that are gone (except in flight)."""
@@ -352,6 +360,7 @@ class SchedulerState:
             for uid, entry in list(self._entries.items()):
                 if entry.holding is Holding.ASSUMED and now - entry.assumed_at > self.settings.assume_ttl_s:
                     self._release(uid)
+                    self._expired[uid] = entry.assumed_at
                     out.append(Expired(entry.namespace, entry.name, uid, entry.node))
         return out
 
@@ -375,6 +384,20 @@ class SchedulerState:
         metrics.allocated_gpu.set(allocated)
         with self.lock:
             metrics.mix_epoch.set(self.cluster.policy().epoch)
+
+
+def _same_reservation(expired_at: float | None, assumed_at: str) -> bool:
+    """Whether an allocation record is the one whose reservation expired at `expired_at`.
+
+    The cache keeps the bind's clock reading and the record carries the time written a moment
+    later, so they differ by the bind's duration; a new bind of the same pod comes at least one
+    TTL later."""
+    if expired_at is None:
+        return False
+    try:
+        return abs(parse_rfc3339(assumed_at) - expired_at) < 1.0
+    except ValueError:
+        return False
 
 
 def _inventory(node: NodeState) -> tuple[object, ...]:

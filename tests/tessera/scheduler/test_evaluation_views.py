@@ -6,7 +6,7 @@ import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from conftest import node_manifest, pod_manifest
+from extender_harness import node_manifest, pod_manifest
 
 from tessera.alloc import Cluster, FitFailure, PlacementPolicy, PodRequest, pod_request_from_k8s
 from tessera.alloc.model import PodUid

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from audit import audit
-from conftest import GIB, Harness, node_manifest, pod_manifest, wait_until
+from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_until
 
 from tessera.alloc import PlacementPolicy
 from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ASSUME_TIME, Allocation
@@ -211,3 +211,26 @@ def test_bound_pod_deleted_while_extender_down_is_released_on_restart(harness: H
     assert second.state.summary()[1] == 0
     harness.api.create_pod(pod_manifest("new", ("main", 100, None)))
     assert harness.scheduler(second).schedule("default", "new").node == "n1"
+
+
+def test_a_late_watch_event_does_not_bring_back_an_expired_reservation(flaky: Harness) -> None:
+    # The watch may deliver the pod as it was right after annotation only after the TTL sweep
+    # stripped it; that stale copy must not re-reserve the GPU the sweep just freed.
+    api = flaky.api
+    assert isinstance(api, FlakyBindApi)
+    clock = SteppedClock(1_800_000_000.0)
+    flaky.clock = clock
+    flaky.ttl_s = 60
+    api.create_node(node_manifest("n1", gpus=1))
+    service = flaky.start()
+    api.create_pod(pod_manifest("lost", ("main", 100, None)))
+    api.fail_binds = 1
+    assert flaky.scheduler(service).schedule("default", "lost").node is None
+    annotated = api.get_pod("default", "lost")
+    uid = annotated["metadata"]["uid"]
+    clock.now += 120
+    service.sync.sweep()
+    service.state.apply_pod(annotated)  # the late event
+    assert service.state.holding(uid) is None
+    api.create_pod(pod_manifest("next", ("main", 100, None)))
+    assert flaky.scheduler(service).schedule("default", "next").node == "n1"

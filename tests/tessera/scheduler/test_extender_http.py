@@ -5,7 +5,7 @@ import json
 import socket
 
 import pytest
-from conftest import GIB, Harness, node_manifest, pod_manifest, wait_until
+from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_until
 from kube_scheduler_emulator import ExtenderClient
 
 from tessera.alloc import PlacementPolicy

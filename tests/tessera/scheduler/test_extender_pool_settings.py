@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import GIB, Harness, node_manifest, pod_manifest
+from extender_harness import GIB, Harness, node_manifest, pod_manifest
 from kube_scheduler_emulator import KubeSchedulerEmulator
 
 from tessera.contract import ANNOTATION_ALLOCATION, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL, LABEL_SHARING_POLICY, Allocation

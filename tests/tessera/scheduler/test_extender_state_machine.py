@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from audit import audit
-from conftest import GIB, Harness, node_manifest, pod_manifest, wait_until
+from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_until
 from test_extender_bind_safety import FlakyBindApi
 
 from tessera.alloc import PlacementPolicy

@@ -5,7 +5,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from conftest import Harness, node_manifest, pod_manifest, wait_until
+from extender_harness import Harness, node_manifest, pod_manifest, wait_until
 
 from tessera.contract import ANNOTATION_NODE_GPUS, LABEL_POOL_KIND
 from tessera.kube.api import KubeApiError, WatchEvent
