@@ -90,6 +90,18 @@ def _used_after(slots: Sequence[Slot]) -> int:
     return sum(s.used_milli for s in slots)
 
 
+def _fill_after(node: NodeState, pod: PodRequest, gpu_order: GpuRank) -> tuple[float, Assignment] | FitFailure:
+    """Share of the node's GPU compute in use once the pod is placed with GPUs in `gpu_order`."""
+    if (failure := host_fit(node, pod)) is not None:
+        return failure
+    result = assign(node, pod, gpu_rank_for(node, gpu_order))
+    if isinstance(result, FitFailure):
+        return result
+    choice, slots = result
+    cap = len(slots) * MILLI_PER_GPU or 1
+    return _used_after(slots) / cap, choice
+
+
 class BinpackPolicy:
     """Fill the fullest node first (least free GPU after placement); GPUs packed inside it."""
 
@@ -98,14 +110,11 @@ class BinpackPolicy:
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
-        if (failure := host_fit(node, pod)) is not None:
-            return failure
-        result = assign(node, pod, gpu_rank_for(node, gpu_binpack))
+        result = _fill_after(node, pod, gpu_binpack)
         if isinstance(result, FitFailure):
             return result
-        choice, slots = result
-        cap = len(slots) * MILLI_PER_GPU or 1
-        return Evaluation((_used_after(slots) / cap,), choice)
+        fill, choice = result
+        return Evaluation((fill,), choice)
 
 
 class SpreadPolicy:
@@ -116,14 +125,11 @@ class SpreadPolicy:
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
-        if (failure := host_fit(node, pod)) is not None:
-            return failure
-        result = assign(node, pod, gpu_rank_for(node, gpu_spread))
+        result = _fill_after(node, pod, gpu_spread)
         if isinstance(result, FitFailure):
             return result
-        choice, slots = result
-        cap = len(slots) * MILLI_PER_GPU or 1
-        return Evaluation((1.0 - _used_after(slots) / cap,), choice)
+        fill, choice = result
+        return Evaluation((1.0 - fill,), choice)
 
 
 class BestFitPolicy:

@@ -81,22 +81,15 @@ def build_stack(config: StackConfig) -> dict[str, list[KubeObject]]:
 
 def gpu_operator_release(config: StackConfig) -> HelmRelease | None:
     """The gpu-operator chart with this stack's values, or None when no pool needs it."""
-    chart = nvidia.gpu_operator_chart(config)
-    if chart is None:
-        return None
-    return HelmRelease(
-        name=chart.release_name,
-        chart=chart.chart,
-        version=chart.version,
-        repository=chart.repo,
-        namespace=chart.namespace,
-        values=dict(chart.values),
-    )
+    return _release(nvidia.gpu_operator_chart(config))
 
 
 def prometheus_adapter_release(config: StackConfig) -> HelmRelease | None:
     """prometheus-adapter with the queue-time rule, or None unless the stack asks for it."""
-    chart = prometheus_adapter.prometheus_adapter_chart(config)
+    return _release(prometheus_adapter.prometheus_adapter_chart(config))
+
+
+def _release(chart: nvidia.GpuOperatorChart | prometheus_adapter.PrometheusAdapterChart | None) -> HelmRelease | None:
     if chart is None:
         return None
     return HelmRelease(

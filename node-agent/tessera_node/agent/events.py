@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from tessera.kube.api import KubeApi, KubeApiError
+from tessera.kube.events import PodRef, pod_event
 from tessera_node.agent.registry import RegisteredContainer
 
 COMPONENT = "tessera-node-agent"
@@ -29,32 +30,11 @@ def container_event(
     container: RegisteredContainer, *, reason: str, message: str, event_type: EventType, node_name: str, now: datetime, serial: int
 ) -> dict[str, Any]:
     """A core/v1 Event about one container of a pod."""
-    stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{container.pod_name}.tessera.{int(now.timestamp() * 1000):x}.{serial}",
-            "namespace": container.namespace,
-        },
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": container.namespace,
-            "name": container.pod_name,
-            "uid": container.pod_uid,
-            "fieldPath": f"spec.containers{{{container.container}}}",
-        },
-        "reason": reason,
-        "message": message,
-        "type": event_type.value,
-        "source": {"component": COMPONENT, "host": node_name},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": node_name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    ref = PodRef(container.namespace, container.pod_name, container.pod_uid, container.container)
+    return pod_event(
+        ref, reason=reason, message=message, event_type=event_type.value, component=COMPONENT,
+        node_name=node_name, now=now, name_tag="tessera", serial=serial,
+    )
 
 
 @dataclass

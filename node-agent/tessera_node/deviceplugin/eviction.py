@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from tessera.contract import ANNOTATION_ALLOCATION, Allocation, NodeGpu
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, KubeObject, NotFound
+from tessera.kube.events import PodRef, pod_event
 
 log = logging.getLogger("tessera.deviceplugin.eviction")
 
@@ -94,22 +95,10 @@ def victims(pods: Iterable[Mapping[str, Any]], node_name: str, gpu: NodeGpu) -> 
 
 def eviction_event(victim: Victim, *, message: str, node_name: str, now: datetime, serial: int) -> KubeObject:
     """A core/v1 Warning Event on the evicted pod."""
-    stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{victim.name}.tessera-evict.{int(now.timestamp() * 1000):x}.{serial}", "namespace": victim.namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": victim.namespace, "name": victim.name, "uid": victim.uid},
-        "reason": EVENT_REASON,
-        "message": message,
-        "type": "Warning",
-        "source": {"component": COMPONENT, "host": node_name},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": node_name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return pod_event(
+        PodRef(victim.namespace, victim.name, victim.uid), reason=EVENT_REASON, message=message, event_type="Warning",
+        component=COMPONENT, node_name=node_name, now=now, name_tag="tessera-evict", serial=serial,
+    )
 
 
 @dataclass
