@@ -1,6 +1,6 @@
 """The Pulumi program's body: read stack config -> validate -> one TesseraStack -> exports.
 
-`__main__.py` only calls `main()`. Validation happens before any resource is declared: a bad
+`__main__.py` reads the engine's config and calls `main()`. Validation happens before any resource is declared: a bad
 config is reported as `path: message` lines (the same lines `tessera validate` prints) and the
 program stops with `pulumi.RunError`, which Pulumi shows without a traceback.
 """
@@ -31,17 +31,12 @@ def _select_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     return selected
 
 
-def _all_config() -> dict[str, Any]:
-    """Every config value the engine gave this program (environment first, explicit settings win)."""
-    merged: dict[str, Any] = dict(pulumi.runtime.get_config_env())
-    merged.update(pulumi.runtime.config.CONFIG.get())
-    return merged
+def load_config(raw: Mapping[str, Any]) -> StackConfig:
+    """Validated stack config, or `pulumi.RunError` after logging one `path: message` line per problem.
 
-
-def load_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
-    """Validated stack config, or `pulumi.RunError` after logging one `path: message` line per problem."""
+    `raw` is every config value the engine gave the program (`__main__.py` reads it)."""
     try:
-        return from_pulumi_mapping(_select_config(_all_config() if raw is None else raw))
+        return from_pulumi_mapping(_select_config(raw))
     except ConfigError as err:
         for problem in err.problems:
             pulumi.log.error(str(problem))
@@ -52,8 +47,9 @@ def load_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         ) from None
 
 
-def main() -> None:
-    config = load_config()
+def main(raw_config: Mapping[str, Any]) -> None:
+    """Declare the stack from the engine's config values (key -> value, JSON text for objects)."""
+    config = load_config(raw_config)
     stack = TesseraStack("tessera", config)
     pulumi.export("clusterId", stack.cluster_id)
     pulumi.export("kubeconfig", stack.kubeconfig)

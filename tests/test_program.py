@@ -5,6 +5,7 @@ No Pulumi CLI and no cloud (harness: tests/pulumi_program_mocks.py).
 from __future__ import annotations
 
 import json
+import runpy
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from pulumi_program_mocks import (
 )
 
 from components.config import StackConfig
-from components.program import load_config, main
+from components.program import load_config
 from tessera.contract import LABEL_GPUTYPE, LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, LABEL_POOL, LABEL_POOL_KIND, TAINT_GPU
 
 sys.path.insert(0, str(ROOT / "policies"))  # the policy pack's package is not installed in the main venv
@@ -277,6 +278,11 @@ def _engine_config(stack: str) -> dict[str, str]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in document["config"].items()}
 
 
+def _run_program_file() -> None:
+    # the real __main__.py, as `pulumi up` runs it: it reads the engine config and calls main()
+    runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+
+
 def _run_main(config: dict[str, str]) -> tuple[RecordingMocks, list[str], BaseException | None]:
     mocks, _ = start_mocks()
     errors: list[str] = []
@@ -285,7 +291,7 @@ def _run_main(config: dict[str, str]) -> tuple[RecordingMocks, list[str], BaseEx
     pulumi.log.error = lambda msg, *args, **kwargs: errors.append(msg)  # type: ignore[assignment]
     failure: BaseException | None = None
     try:
-        pulumi.runtime.test(main)()
+        pulumi.runtime.test(_run_program_file)()
     except pulumi.RunError as err:
         failure = err
     finally:
