@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 from dataclasses import dataclass
 
 import pulumi
@@ -15,7 +16,7 @@ import pulumi
 from components.config.cluster import ClusterConfig, KubeconfigSource
 from components.config.stack import StackConfig
 
-SecretLookup = Callable[[str], pulumi.Output[str] | None]
+SecretLookup = Callable[[str], str | None]
 
 
 class KubeconfigError(Exception):
@@ -26,7 +27,7 @@ class KubeconfigError(Exception):
 class ResolvedKubeconfig:
     """What the Kubernetes provider gets: kubeconfig text or a path to it, and the context to use."""
 
-    kubeconfig: pulumi.Input[str]
+    kubeconfig: str
     context: str | None
 
 
@@ -52,8 +53,12 @@ def _resolve_kubeconfig(source: KubeconfigSource | None, context: str | None, en
     raise KubeconfigError("cluster.kubeconfig: set one of path, env or secret")
 
 
-def _pulumi_secret_lookup(key: str) -> pulumi.Output[str] | None:
-    return pulumi.Config("tessera").get_secret(key)
+def _config_lookup(values: Mapping[str, Any]) -> SecretLookup:
+    def lookup(key: str) -> str | None:
+        value = values.get(f"tessera:{key}")
+        return None if value is None else str(value)
+
+    return lookup
 
 
 class ExistingCluster(pulumi.ComponentResource):
@@ -66,10 +71,14 @@ class ExistingCluster(pulumi.ComponentResource):
     pool_names: list[str]
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
-                 environ: Mapping[str, str] | None = None, lookup_secret: SecretLookup = _pulumi_secret_lookup) -> None:
+                 environ: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None) -> None:
+        """`secrets`: the engine's config values (`__main__.py` reads them); a `secret` kubeconfig
+        source names the `tessera:<key>` entry there."""
         cluster: ClusterConfig = config.cluster
         try:  # resolve before registering anything, so a missing kubeconfig declares nothing
-            resolved = _resolve_kubeconfig(cluster.kubeconfig, cluster.context, os.environ if environ is None else environ, lookup_secret)
+            resolved = _resolve_kubeconfig(
+                cluster.kubeconfig, cluster.context, os.environ if environ is None else environ, _config_lookup(secrets or {})
+            )
         except KubeconfigError as err:
             raise pulumi.RunError(str(err)) from None
         super().__init__("tessera:index:ExistingCluster", name, None, opts)

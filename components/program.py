@@ -50,7 +50,7 @@ def load_config(raw: Mapping[str, Any]) -> StackConfig:
 def main(raw_config: Mapping[str, Any]) -> None:
     """Declare the stack from the engine's config values (key -> value, JSON text for objects)."""
     config = load_config(raw_config)
-    stack = TesseraStack("tessera", config)
+    stack = TesseraStack("tessera", config, secrets=raw_config)
     pulumi.export("clusterId", stack.cluster_id)
     pulumi.export("kubeconfig", stack.kubeconfig)
     pulumi.export("poolNames", stack.pool_names)

@@ -6,6 +6,7 @@ cluster (TKE: network, cluster, node pools, endpoint | existing: kubeconfig only
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import pulumi
@@ -41,7 +42,7 @@ class TesseraStack(pulumi.ComponentResource):
     platform: pulumi.ComponentResource | None
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
-                 platform: PlatformFactory | None = None) -> None:
+                 platform: PlatformFactory | None = None, secrets: Mapping[str, Any] | None = None) -> None:
         super().__init__("tessera:index:TesseraStack", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         cluster: TkeCluster | ExistingCluster
@@ -49,7 +50,7 @@ class TesseraStack(pulumi.ComponentResource):
         if config.cluster.provider == "tke":
             cluster = TkeCluster(f"{name}-cluster", config, opts=child)
         else:
-            cluster = ExistingCluster(f"{name}-cluster", config, opts=child)
+            cluster = ExistingCluster(f"{name}-cluster", config, opts=child, secrets=secrets)
             context = cluster.context
         self.cluster_id = cluster.cluster_id
         self.kubeconfig = cluster.kubeconfig

@@ -85,14 +85,14 @@ def start_mocks() -> tuple[RecordingMocks, RecordingMonitor]:
     return mocks, monitor
 
 
-def declare(config: StackConfig, platform: PlatformFactory | None = None) -> Declared:
+def declare(config: StackConfig, platform: PlatformFactory | None = None, secrets: dict[str, str] | None = None) -> Declared:
     """Run TesseraStack under mocks; also resolve the kubeconfig, its secretness and the cluster id."""
     mocks, monitor = start_mocks()
     values: dict[str, Any] = {}
 
     @pulumi.runtime.test
     def run() -> pulumi.Output[Any]:
-        stack = TesseraStack("tessera", config, platform=platform)
+        stack = TesseraStack("tessera", config, platform=platform, secrets=secrets)
         values["plan"] = stack.plan
 
         async def secret() -> bool:

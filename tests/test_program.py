@@ -224,11 +224,7 @@ def test_existing_cluster_declares_no_cloud_resource_and_uses_the_kubeconfig_pat
 
 def test_existing_cluster_reads_a_kubeconfig_secret_from_stack_config() -> None:
     config = config_with("local", lambda c: c["tessera:cluster"].update(kubeconfig={"secret": "kubeconfig"}, context="kind-tessera"))
-    pulumi.runtime.set_all_config({"tessera:kubeconfig": FAKE_KUBECONFIG}, ["tessera:kubeconfig"])
-    try:
-        declared = declare(config)
-    finally:
-        pulumi.runtime.set_all_config({}, [])
+    declared = declare(config, secrets={"tessera:kubeconfig": FAKE_KUBECONFIG})
     provider = declared.one(K8S_PROVIDER)
     assert secret_value(provider.inputs["kubeconfig"]) == FAKE_KUBECONFIG
     assert provider.inputs["context"] == "kind-tessera"

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import os
 
-import pulumi
 import pytest
 
 from components.config import KubeconfigSource
 from components.existing import KubeconfigError, _resolve_kubeconfig
 
 
-def no_secret(_key: str) -> pulumi.Output[str] | None:
+def no_secret(_key: str) -> str | None:
     return None
 
 
@@ -26,9 +25,8 @@ def test_env_names_the_variable_holding_the_path() -> None:
 
 
 def test_secret_comes_from_the_lookup() -> None:
-    marker = pulumi.Output.from_input("kubeconfig text")
-    resolved = _resolve_kubeconfig(KubeconfigSource(secret="kubeconfig"), None, {}, lambda key: marker if key == "kubeconfig" else None)
-    assert resolved.kubeconfig is marker
+    resolved = _resolve_kubeconfig(KubeconfigSource(secret="kubeconfig"), None, {}, lambda key: "kubeconfig text" if key == "kubeconfig" else None)
+    assert resolved.kubeconfig == "kubeconfig text"
 
 
 @pytest.mark.parametrize(
