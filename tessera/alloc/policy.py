@@ -140,14 +140,11 @@ class BestFitPolicy:
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
-        if (failure := host_fit(node, pod)) is not None:
-            return failure
-        result = assign(node, pod, gpu_rank_for(node, gpu_binpack))
+        result = _fill_after(node, pod, gpu_binpack)
         if isinstance(result, FitFailure):
             return result
-        choice, slots = result
-        cap = len(slots) * MILLI_PER_GPU or 1
-        gpu_left = 1.0 - _used_after(slots) / cap
+        fill, choice = result
+        gpu_left = 1.0 - fill
         cpu_left = (node.free_cpu_milli - pod.cpu_milli) / node.cpu_milli if node.cpu_milli else 0.0
         return Evaluation((-(gpu_left + cpu_left) / 2,), choice)
 
@@ -160,12 +157,10 @@ class DotProductPolicy:
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
-        if (failure := host_fit(node, pod)) is not None:
-            return failure
-        result = assign(node, pod, gpu_rank_for(node, gpu_binpack))
+        result = _fill_after(node, pod, gpu_binpack)
         if isinstance(result, FitFailure):
             return result
-        choice, _ = result
+        _, choice = result
         cap, used = node_gpu_totals(node)
         gpu_free = (cap - used) / cap if cap else 0.0
         cpu_free = node.free_cpu_milli / node.cpu_milli if node.cpu_milli else 0.0
