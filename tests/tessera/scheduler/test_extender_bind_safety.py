@@ -12,8 +12,9 @@ from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_unt
 
 from tessera.alloc import PlacementPolicy
 from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ASSUME_TIME, Allocation
-from tessera.kube.api import KubeApiError
+from tessera.kube.api import KubeApiError, KubeObject
 from tessera.kube.fake import FakeKubeApi
+from tessera.scheduler.service import ExtenderService
 from tessera.scheduler.state import Holding
 
 GPU_MEMORY = 16 * GIB
@@ -176,7 +177,8 @@ def test_retry_on_another_node_moves_the_reservation(flaky: Harness) -> None:
     audit(api, gpu_memory_mib=GPU_MEMORY)
 
 
-def test_assumed_reservation_expires_after_ttl(flaky: Harness) -> None:
+def _annotated_but_unbound(flaky: Harness) -> tuple[FlakyBindApi, SteppedClock, ExtenderService, KubeObject]:
+    """A 1-GPU node whose only GPU went to pod "lost": annotated at bind, then the Binding failed."""
     api = flaky.api
     assert isinstance(api, FlakyBindApi)
     clock = SteppedClock(1_800_000_000.0)
@@ -187,7 +189,12 @@ def test_assumed_reservation_expires_after_ttl(flaky: Harness) -> None:
     api.create_pod(pod_manifest("lost", ("main", 100, None)))
     api.fail_binds = 1
     assert flaky.scheduler(service).schedule("default", "lost").node is None
-    uid = api.get_pod("default", "lost")["metadata"]["uid"]
+    return api, clock, service, api.get_pod("default", "lost")
+
+
+def test_assumed_reservation_expires_after_ttl(flaky: Harness) -> None:
+    api, clock, service, annotated = _annotated_but_unbound(flaky)
+    uid = annotated["metadata"]["uid"]
     assert service.state.holding(uid) is Holding.ASSUMED
     clock.now += 30
     assert service.sync.sweep() == 0
@@ -216,17 +223,7 @@ def test_bound_pod_deleted_while_extender_down_is_released_on_restart(harness: H
 def test_a_late_watch_event_does_not_bring_back_an_expired_reservation(flaky: Harness) -> None:
     # The watch may deliver the pod as it was right after annotation only after the TTL sweep
     # stripped it; that stale copy must not re-reserve the GPU the sweep just freed.
-    api = flaky.api
-    assert isinstance(api, FlakyBindApi)
-    clock = SteppedClock(1_800_000_000.0)
-    flaky.clock = clock
-    flaky.ttl_s = 60
-    api.create_node(node_manifest("n1", gpus=1))
-    service = flaky.start()
-    api.create_pod(pod_manifest("lost", ("main", 100, None)))
-    api.fail_binds = 1
-    assert flaky.scheduler(service).schedule("default", "lost").node is None
-    annotated = api.get_pod("default", "lost")
+    api, clock, service, annotated = _annotated_but_unbound(flaky)
     uid = annotated["metadata"]["uid"]
     clock.now += 120
     service.sync.sweep()
