@@ -6,15 +6,15 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tessera.cli import node, plan, render, repartition, scheduler, sim, validate, webhook
+from tessera.cli import inspect, node, plan, render, repartition, scheduler, sim, validate, webhook
 
-_COMMANDS = (validate, plan, render, sim, scheduler, webhook, node, repartition)
+_COMMANDS = (validate, plan, render, sim, inspect, scheduler, webhook, node, repartition)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tessera",
-        description="GPU sharing for Kubernetes: validate, plan, render, simulate and run Tessera.",
+        description="GPU sharing for Kubernetes: validate, plan, render, simulate, inspect and run Tessera.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:

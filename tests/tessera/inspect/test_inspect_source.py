@@ -1,0 +1,155 @@
+"""Reading Node and Pod objects: `kubectl` dumps (and every way a file can be wrong), a `KubeApi`, a kubeconfig."""
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from inspect_fixtures import as_list, gpu_pod, record, shared_node, whole_node
+
+from tessera.contract import NVIDIA_GPU
+from tessera.inspect import SourceError, connect_and_load, load_api, load_files
+from tessera.kube.api import KubeApiError
+from tessera.kube.fake import FakeKubeApi
+
+NODE = shared_node("n1")
+POD = gpu_pod("p", [("main", 40, 1024)], node="n1", allocation=record("n1", {"main": [(0, 40, 1024)]}))
+
+
+def _write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+def _names(objects: Any) -> tuple[list[str], list[str]]:
+    return [n["metadata"]["name"] for n in objects.nodes], [p["metadata"]["name"] for p in objects.pods]
+
+
+def test_kubectl_list_with_kinds(tmp_path: Path) -> None:
+    extra = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ignored"}}
+    document = as_list([NODE], [POD])
+    document["items"].append(extra)
+    objects = load_files([_write(tmp_path, "dump.json", json.dumps(document))])
+    assert _names(objects) == (["n1"], ["p"])
+    assert objects.source.startswith("file ") and objects.source.endswith("dump.json")
+
+
+def test_node_list_and_pod_list_in_two_files_items_without_kind(tmp_path: Path) -> None:
+    nodes = _write(tmp_path, "nodes.json", json.dumps({"kind": "NodeList", "apiVersion": "v1", "items": [NODE]}))
+    pods = _write(tmp_path, "pods.json", json.dumps({"kind": "PodList", "apiVersion": "v1", "items": [POD]}))
+    assert _names(load_files([nodes, pods])) == (["n1"], ["p"])
+
+
+def test_yaml_dump_single_objects_and_later_objects_win(tmp_path: Path) -> None:
+    old = _write(tmp_path, "old.yaml", yaml.safe_dump(as_list([NODE, whole_node("t4", "nvidia", "x", {NVIDIA_GPU: "1"})], [])))
+    newer_node = {"kind": "Node", **shared_node("n1", gpus=4)}
+    newer = _write(tmp_path, "node.json", json.dumps(newer_node))
+    objects = load_files([old, newer])
+    assert sorted(_names(objects)[0]) == ["n1", "t4"]
+    assert "GPU-n1-3" in next(n for n in objects.nodes if n["metadata"]["name"] == "n1")["metadata"]["annotations"]["tessera.dev/gpus"]
+
+
+def test_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(as_list([NODE], [POD]))))
+    objects = load_files(["-"])
+    assert _names(objects) == (["n1"], ["p"]) and objects.source == "file -"
+
+
+DUMP = "kubectl get nodes,pods -A -o json"
+BAD: list[tuple[str, Callable[[Path], str], str]] = [
+    ("missing", lambda d: str(d / "nope.json"), "nope.json: no such file; create it with `" + DUMP + " > "),
+    ("directory", lambda d: str(d), ": is a directory; pass the file written by `" + DUMP + "`"),
+    ("not JSON or YAML", lambda d: _write(d, "f", "{ nodes: [1, 2"), "f: not JSON or YAML (Expecting property name"),
+    ("binary", lambda d: _write(d, "f", b"\xff\xfe\x00\x81"), "f: not a text file; expected the output of `" + DUMP + "`"),
+    ("a JSON array", lambda d: _write(d, "f", "[1, 2]"), "f: expected a Kubernetes List object, got list"),
+    ("a ConfigMap", lambda d: _write(d, "f", '{"kind": "ConfigMap"}'), "f: not a Kubernetes List (kind 'ConfigMap')"),
+    ("an item that is not an object", lambda d: _write(d, "f", '{"kind": "List", "items": [3]}'), "f: items[0] is not an object"),
+    (
+        "a node without a name",
+        lambda d: _write(d, "f", '{"kind": "List", "items": [{"kind": "Node", "metadata": {}}]}'),
+        "f: items[0] is a Node without metadata.name; is the file complete?",
+    ),
+    ("pods only", lambda d: _write(d, "f", json.dumps(as_list([], [POD]))), "f: no Node objects; dump nodes and pods together with `" + DUMP + "`"),
+    ("empty", lambda d: _write(d, "f", ""), "f: expected a Kubernetes List object, got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), [(m, e) for _, m, e in BAD], ids=[c[0] for c in BAD])
+def test_a_bad_file_is_one_line_saying_what_to_do(tmp_path: Path, make: Callable[[Path], str], message: str) -> None:
+    with pytest.raises(SourceError) as err:
+        load_files([make(tmp_path)])
+    text = str(err.value)
+    assert message in text and "\n" not in text
+
+
+def test_live_objects_come_from_the_kube_api() -> None:
+    api = FakeKubeApi()
+    api.create_node(NODE)
+    api.create_pod(gpu_pod("q", [("main", 10, None)], namespace="other"))
+    objects = load_api(api)
+    assert _names(objects) == (["n1"], ["q"]) and objects.source == "cluster"
+
+
+class _FailingApi(FakeKubeApi):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self._error = error
+
+    def list_nodes(self, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+        raise self._error
+
+
+def _max_retry() -> Exception:
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+    return MaxRetryError(None, "/api/v1/nodes", NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection refused"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (KubeApiError(403, 'nodes is forbidden: User "dev" cannot list resource "nodes"'), "refused to list nodes or pods (403: nodes is forbidden"),
+        (KubeApiError(403, "x"), "inspect needs get/list on nodes and pods in all namespaces"),
+        (KubeApiError(401, "Unauthorized"), "rejected the credentials (401: Unauthorized); refresh the kubeconfig's token"),
+        (KubeApiError(500, "etcd\nleader changed"), "listing nodes and pods failed (500: etcd); retry, or inspect a dump with --from FILE"),
+        (_max_retry(), "cannot reach the Kubernetes API server (Failed to establish a new connection: [Errno 111] Connection refused)"),
+        (ConnectionRefusedError(111, "Connection refused"), "cannot reach the Kubernetes API server ([Errno 111] Connection refused)"),
+    ],
+    ids=["403", "403 hint", "401", "500", "urllib3", "socket"],
+)
+def test_api_failures_are_one_line(error: Exception, message: str) -> None:
+    with pytest.raises(SourceError) as err:
+        load_api(_FailingApi(error))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_programming_error_is_not_hidden() -> None:
+    with pytest.raises(ZeroDivisionError):
+        load_api(_FailingApi(ZeroDivisionError()))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot load Kubernetes configuration"),
+        ("clusters: [", "cannot load Kubernetes configuration"),
+        ("apiVersion: v1\nkind: Config\ncontexts: []\n", "cannot load Kubernetes configuration"),
+    ],
+    ids=["missing", "not YAML", "no context"],
+)
+def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(SourceError) as err:
+        connect_and_load(str(path), None)
+    text = str(err.value)
+    assert message in text and "--from FILE" in text and "\n" not in text
