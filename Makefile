@@ -30,7 +30,7 @@ render: $(VENV_STAMP)
 	.venv/bin/tessera render stacks/Pulumi.$(STACK).yaml -o out/$(STACK)
 
 typecheck: $(VENV_STAMP)
-	$(PY) -m mypy __main__.py components tessera node-agent/tessera_node
+	$(PY) -m mypy __main__.py components tessera node-agent/tessera_node node-agent/gpu-checks
 
 unit: $(VENV_STAMP)
 	$(PY) -m pytest

@@ -3,13 +3,21 @@
 Handles are looked up per call from the index rather than cached, so `close()` (nvmlShutdown)
 really leaves nothing open: the MIG manager needs every NVML client gone before it can change a
 GPU's MIG mode.
+
+Every NVML failure leaves this module as `GpuBackendError`, the one error the agent loop and the
+device plugin handle: a raw `NVMLError` (a GPU falling off the bus, the driver reloading) would
+otherwise end their loops. A GPU that fails while others answer is left out of `processes()`
+rather than blanking the whole node: the health probe (`is_responsive`) is what takes it out.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from tessera_node.gpu.backend import (
     GpuBackendError,
@@ -24,6 +32,9 @@ from tessera_node.gpu.backend import (
 )
 
 _MIB = 1024 * 1024
+_log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _load_pynvml() -> Any:
@@ -39,15 +50,33 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class NvmlBackend:
-    """Real GPUs. `open()` fails with a clear `GpuBackendError` where no NVIDIA driver is present."""
+def _nvml_errors(method: Callable[Concatenate[NvmlBackend, _P], _R]) -> Callable[Concatenate[NvmlBackend, _P], _R]:
+    """Re-raise NVML's own errors as `GpuBackendError`, saying what to check."""
 
-    def __init__(self) -> None:
-        self._nvml = _load_pynvml()
+    @functools.wraps(method)
+    def wrapper(self: NvmlBackend, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except self._nvml.NVMLError as exc:
+            raise GpuBackendError(
+                f"NVML {method.__name__} failed ({exc}); check `nvidia-smi` on the node and the kernel log for XID errors"
+            ) from exc
+
+    return wrapper
+
+
+class NvmlBackend:
+    """Real GPUs. `open()` fails with a clear `GpuBackendError` where no NVIDIA driver is present.
+
+    `nvml` is the pynvml module; tests hand in a scripted stand-in (tests/node/gpu/fake_nvml.py)."""
+
+    def __init__(self, nvml: Any = None) -> None:
+        self._nvml = nvml if nvml is not None else _load_pynvml()
         self._lock = threading.Lock()
         self._open = False
         self._event_set: Any = None
         self._last_process_sample_us: dict[int, int] = {}
+        self._failing_gpus: set[int] = set()
 
     def open(self) -> None:
         with self._lock:
@@ -72,18 +101,32 @@ class NvmlBackend:
                 except Exception:  # freeing on a GPU that fell off the bus may fail; shutdown still must run
                     pass
                 self._event_set = None
-            self._nvml.nvmlShutdown()
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError as exc:  # the library is released either way; nothing to retry
+                _log.warning("nvmlShutdown failed: %s", exc)
             self._open = False
 
     def _register_xid_events(self) -> Any:
+        """An event set for XID errors, or None where the driver cannot give one (vGPU guests,
+        some boards): health then relies on `is_responsive` alone, which is slower but still works."""
         nvml = self._nvml
-        event_set = nvml.nvmlEventSetCreate()
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            _log.warning("NVML cannot create an event set (%s); XID errors will be seen only through the health probe", exc)
+            return None
+        registered = 0
         for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
             try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
-            except Exception:  # NOT_SUPPORTED on some boards: health then relies on is_responsive only
+                registered += 1
+            except nvml.NVMLError:  # NOT_SUPPORTED on some boards: that GPU relies on is_responsive
                 continue
+        if not registered:
+            nvml.nvmlEventSetFree(event_set)
+            return None
         return event_set
 
     def _handle(self, index: int) -> Any:
@@ -96,6 +139,7 @@ class NvmlBackend:
             raise GpuBackendError("NVML backend is closed; call open() first")
         return int(self._nvml.nvmlDeviceGetCount())
 
+    @_nvml_errors
     def list_gpus(self) -> list[GpuInfo]:
         nvml = self._nvml
         gpus = []
@@ -104,7 +148,7 @@ class NvmlBackend:
             try:
                 current, _pending = nvml.nvmlDeviceGetMigMode(handle)
                 mig = MigMode.ENABLED if current == nvml.NVML_DEVICE_MIG_ENABLE else MigMode.DISABLED
-            except Exception:
+            except nvml.NVMLError:  # NOT_SUPPORTED: boards without MIG
                 mig = MigMode.UNSUPPORTED
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             gpus.append(
@@ -112,34 +156,55 @@ class NvmlBackend:
             )
         return gpus
 
+    @_nvml_errors
     def processes(self) -> list[ProcessSample]:
         nvml = self._nvml
         out: list[ProcessSample] = []
-        for index in range(self._count()):
-            handle = self._handle(index)
-            sm_by_pid: dict[int, int] = {}
+        count = self._count()
+        for index in range(count):
             try:
-                since = self._last_process_sample_us.get(index, 0)
-                for sample in nvml.nvmlDeviceGetProcessUtilization(handle, since):
-                    sm_by_pid[int(sample.pid)] = int(sample.smUtil)
-                    self._last_process_sample_us[index] = max(since, int(sample.timeStamp))
-            except Exception:  # NOT_FOUND when no samples are newer than `since`
-                pass
-            procs = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-            try:
-                procs += list(nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle))
-            except Exception:
-                pass
-            seen: set[int] = set()
-            for proc in procs:
-                pid = int(proc.pid)
-                if pid in seen:
-                    continue
-                seen.add(pid)
-                used = int(proc.usedGpuMemory or 0) // _MIB
-                out.append(ProcessSample(Pid(pid), GpuIndex(index), used, sm_by_pid.get(pid, 0)))
+                out += self._gpu_processes(index)
+            except nvml.NVMLError as exc:
+                if index not in self._failing_gpus:
+                    _log.warning("NVML cannot list processes on GPU %d (%s); its containers go unmeasured until it answers", index, exc)
+                self._failing_gpus.add(index)
+                continue
+            self._failing_gpus.discard(index)
+        if count and len(self._failing_gpus) == count:
+            raise GpuBackendError("NVML answers for no GPU on this node; check `nvidia-smi` and the kernel log for XID errors")
         return out
 
+    def _gpu_processes(self, index: int) -> list[ProcessSample]:
+        nvml = self._nvml
+        handle = self._handle(index)
+        sm_by_pid: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %): keep the newest sample
+        since = self._last_process_sample_us.get(index, 0)
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except nvml.NVMLError:  # NOT_FOUND when no sample is newer than `since`
+            samples = []
+        for sample in samples:
+            stamp, pid = int(sample.timeStamp), int(sample.pid)
+            if stamp >= sm_by_pid.get(pid, (-1, 0))[0]:
+                sm_by_pid[pid] = (stamp, int(sample.smUtil))
+            self._last_process_sample_us[index] = max(self._last_process_sample_us.get(index, 0), stamp)
+        procs = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        try:
+            procs += list(nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle))
+        except nvml.NVMLError:  # NOT_SUPPORTED on old drivers; MPS clients then show up above
+            pass
+        out: list[ProcessSample] = []
+        seen: set[int] = set()
+        for proc in procs:
+            pid = int(proc.pid)
+            if pid in seen:
+                continue
+            seen.add(pid)
+            used = int(proc.usedGpuMemory or 0) // _MIB
+            out.append(ProcessSample(Pid(pid), GpuIndex(index), used, sm_by_pid.get(pid, (0, 0))[1]))
+        return out
+
+    @_nvml_errors
     def utilisation(self) -> list[GpuUtilisation]:
         nvml = self._nvml
         out = []
@@ -150,6 +215,7 @@ class NvmlBackend:
             out.append(GpuUtilisation(GpuIndex(index), int(rates.gpu), int(rates.memory), int(memory.used // _MIB)))
         return out
 
+    @_nvml_errors
     def clocks(self) -> list[GpuClocks]:
         nvml = self._nvml
         out = []
@@ -166,6 +232,7 @@ class NvmlBackend:
             )
         return out
 
+    @_nvml_errors
     def poll_xid_events(self, timeout_s: float) -> list[XidEvent]:
         nvml = self._nvml
         if not self._open:
@@ -188,6 +255,6 @@ class NvmlBackend:
     def is_responsive(self, gpu: GpuIndex) -> bool:
         try:
             self._nvml.nvmlDeviceGetMemoryInfo(self._handle(gpu))
-        except Exception:
+        except (self._nvml.NVMLError, GpuBackendError):
             return False
         return True
