@@ -209,6 +209,11 @@ class ContainerRegistry:
         with self._edit() as records:
             records[container.key] = container
 
+    def register_all(self, containers: Iterable[RegisteredContainer]) -> None:
+        """`register` for many records in one rewrite of the file (one write instead of N)."""
+        with self._edit() as records:
+            records.update({c.key: c for c in containers})
+
     def unregister(self, key: ContainerKey) -> bool:
         with self._edit() as records:
             return records.pop(key, None) is not None

@@ -17,6 +17,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 from typing import Final, NewType
 
 from tessera.contract import ALLOCATION_ENV_KEYS, CORE_PER_GPU, NodeGpu
@@ -42,6 +43,7 @@ def token_id(gpu: int, n: int) -> TokenId:
     return TokenId(f"gpu{gpu}-core{n:03d}")
 
 
+@lru_cache(maxsize=4096)  # IDs repeat: GetPreferredAllocation sends every free one, each time
 def token_gpu(token: str) -> int:
     """The GPU index a token belongs to."""
     match = _TOKEN.match(token)
@@ -84,6 +86,16 @@ class Inventory:
     def healthy_memory_mib(self) -> int:
         """What the node advertises as `tessera.dev/gpu-memory` capacity."""
         return sum(g.memory_mib for g in self.gpus if g.healthy)
+
+    @cached_property
+    def _advertised(self) -> frozenset[str]:
+        # Every token ID, healthy or not (kubelet may still hold tokens of a GPU that failed).
+        return frozenset(token for token, _ in self.devices())
+
+    def advertises(self, tokens: Iterable[str]) -> bool:
+        """Whether every token is one this inventory advertises: a set lookup per token, so
+        Allocate does not parse IDs on the container start path."""
+        return self._advertised.issuperset(tokens)
 
     def check_tokens(self, tokens: Iterable[str]) -> None:
         for token in tokens:

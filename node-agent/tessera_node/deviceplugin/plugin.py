@@ -21,9 +21,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tessera.contract import GPU_CORE, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
+from tessera_node.agent.pools import pool_policy_for_node
 from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, RegisteredContainer, SharingPolicy
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.eviction import EvictionSettings, Evictor
@@ -34,10 +36,12 @@ from tessera_node.deviceplugin.poolsfile import PoolsFile
 from tessera_node.deviceplugin.prestart import PreStartRejected, find_owner, verify
 from tessera_node.deviceplugin.publish import NodeReport, publish
 from tessera_node.deviceplugin.registration import KUBELET_SOCKET_NAME, RegistrationError, SocketIdentity, needs_registration, register
-from tessera_node.deviceplugin.server import DevicePluginServicer, PluginServer, PluginState
+from tessera_node.deviceplugin.server import DevicePluginServicer, PluginServer, PluginState, RpcTimings
 from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, MigMode
 
 log = logging.getLogger("tessera.deviceplugin")
+# How long without an Allocate or PreStartContainer before background reconciliation may run.
+_RECONCILE_QUIET_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -86,13 +90,15 @@ def inventory_from_backend(backend: GpuBackend) -> Inventory:
 class RegistryWriter:
     """Writes registry records off the PreStartContainer path.
 
-    The registry is a durable file (flock, full rewrite, fsync): milliseconds to tens of
-    milliseconds per write, and its JSON work holds the GIL that gRPC handlers need. Measured on a
-    busy machine, writing inside PreStartContainer put its p99 at ~200 ms, and writing on a thread
-    concurrently still at ~30 ms. So the verification that decides whether the container may start
-    stays synchronous, and the writer waits for a quiet gap (`quiet_s` without a container start,
-    at most `max_delay_s`) before each write. A record lost to a crash in between is restored by
-    `DevicePlugin.reconcile`, and the agent rebuilds its registry from pods on its own as well.
+    The registry is a file shared with the agent (flock, read, full rewrite, atomic rename):
+    milliseconds per write on a dense node, and its JSON work holds the GIL that gRPC handlers
+    need. Measured on a busy machine, writing inside PreStartContainer put its p99 at ~200 ms, and
+    writing on a thread concurrently still at ~30 ms. So the verification that decides whether the
+    container may start stays synchronous, and the writer waits for a quiet gap (`quiet_s` without
+    a container start, at most `max_delay_s` after the oldest waiting record), then writes every
+    record queued by then in one rewrite: a burst of N starts costs one write, not N writes of N
+    records each. A record lost to a crash in between is restored by `DevicePlugin.reconcile`,
+    and the agent rebuilds its registry from pods on its own as well.
     """
 
     def __init__(self, registry: ContainerRegistry, *, quiet_s: float = 0.05, max_delay_s: float = 2.0) -> None:
@@ -100,9 +106,10 @@ class RegistryWriter:
         self._quiet_s = quiet_s
         self._max_delay_s = max_delay_s
         self._last_activity = float("-inf")
-        self._queue: queue.Queue[RegisteredContainer | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[float, RegisteredContainer] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="registry-writer", daemon=True)
         self._thread.start()
+        self.writes = 0  # registry rewrites done, for tests
 
     def note_activity(self) -> None:
         """A container start is in progress: hold writes back."""
@@ -110,7 +117,7 @@ class RegistryWriter:
 
     def submit(self, record: RegisteredContainer) -> None:
         self.note_activity()
-        self._queue.put(record)
+        self._queue.put((time.monotonic(), record))
 
     def _wait_for_quiet(self, queued_at: float) -> None:
         while True:
@@ -118,18 +125,36 @@ class RegistryWriter:
             quiet_for = now - self._last_activity
             if quiet_for >= self._quiet_s or now - queued_at >= self._max_delay_s:
                 return
-            time.sleep(self._quiet_s - quiet_for)
+            time.sleep(min(self._quiet_s - quiet_for, queued_at + self._max_delay_s - now))
 
     def _drain(self) -> None:
-        while (record := self._queue.get()) is not None:
-            try:
-                self._wait_for_quiet(time.monotonic())
-                self._registry.register(record)
-            except Exception:  # a write failure must not kill the writer; reconcile retries later
-                log.exception("cannot write registry record %s", record.key)
-            finally:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            taken = 1
+            if item is None:
                 self._queue.task_done()
-        self._queue.task_done()
+                return
+            self._wait_for_quiet(item[0])
+            batch = {item[1].key: item[1]}  # a later record of the same container wins
+            while True:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                taken += 1
+                if more is None:
+                    stopping = True
+                    break
+                batch[more[1].key] = more[1]
+            try:
+                self._registry.register_all(batch.values())
+                self.writes += 1
+            except Exception:  # a write failure must not kill the writer; reconcile retries later
+                log.exception("cannot write registry records %s", sorted(str(k) for k in batch))
+            finally:
+                for _ in range(taken):
+                    self._queue.task_done()
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Write what is queued, then stop."""
@@ -158,20 +183,31 @@ class DevicePlugin:
         self._pools = PoolsFile(settings.pools_file)
         self._labels: Mapping[str, str] | None = None  # the node's labels as last read; None until read
         self._policy_lock = threading.Lock()
+        self._policy_inputs: tuple[Mapping[str, str], Mapping[str, Any]] | None = None  # what `_policy` was derived from
         self._evictor = Evictor(settings.eviction, kube, settings.node_name)
         self.state = PluginState(Inventory(()), settings.allocate)
-        self._server = PluginServer(
-            settings.device_plugin_dir / settings.endpoint, DevicePluginServicer(self.state, self.prestart, before_allocate=self._apply_policy)
-        )
         self._pod_resources = PodResourcesClient(settings.pod_resources_socket)
+        self._servicer = DevicePluginServicer(self.state, self.prestart, before_allocate=self._before_allocate)
+        self._last_rpc = float("-inf")  # when an Allocate or PreStartContainer last began (`clock`)
+        self._server = PluginServer(settings.device_plugin_dir / settings.endpoint, self._servicer)
         self._health = HealthTracker(settings.health, ())
         self._registered_with: SocketIdentity | None = None
         self._published: NodeReport | None = None
         self.paused = False
         self.registrations = 0  # successful Register calls, for tests and logs
 
+    @property
+    def rpc_timings(self) -> RpcTimings:
+        """Handler time of each Allocate and PreStartContainer (benchmarks, diagnosis)."""
+        return self._servicer.timings
+
     # --- PreStartContainer (called from gRPC threads) -------------------------------------------
+    def _before_allocate(self) -> None:
+        self._last_rpc = self._clock()
+        self._apply_policy()
+
     def prestart(self, tokens: Sequence[str]) -> None:
+        self._last_rpc = self._clock()
         self._writer.note_activity()
         self._apply_policy()
         try:
@@ -226,9 +262,14 @@ class DevicePlugin:
                 if self._clock() >= next_publish:
                     next_publish = self._clock() + self.settings.republish_s
                     self._publish(force=True)
-                if self._clock() >= next_reconcile:
-                    next_reconcile = self._clock() + self.settings.reconcile_s
-                    self.reconcile()
+                now = self._clock()
+                # Reconciling reads every holder's pod: work that competes with container starts
+                # for the GIL. It is a safety net nothing waits on, so it gives way to
+                # Allocate/PreStartContainer calls, for at most one period.
+                if now >= next_reconcile:
+                    overdue = now >= next_reconcile + self.settings.reconcile_s
+                    if (overdue or not self._rpcs_active()) and self.reconcile(give_way=not overdue):
+                        next_reconcile = now + self.settings.reconcile_s
         finally:
             self._stop_serving()
             self.state.close()
@@ -311,13 +352,18 @@ class DevicePlugin:
         if labels is None:
             return
         with self._policy_lock:
-            policy = self._pools.policy_for(labels)
+            pools = self._pools.pools()
+            inputs = self._policy_inputs
+            if inputs is not None and inputs[0] is labels and inputs[1] is pools:
+                return  # same labels object and same parsed file: the policy cannot have changed
+            policy = pool_policy_for_node(labels, pools, PoolPolicy())
             if policy != self._policy:
                 log.info("pool policy: sharing %s", policy.sharing.value)
             self._policy = policy
             base = self.state.allocate_settings
             uses_mps = policy.sharing is SharingPolicy.FIXED_SHARE
             self.state.set_allocate_settings(AllocateSettings(base.mps_pipe_host_dir, base.mps_shm_host_dir, uses_mps, policy.sharing.value))
+            self._policy_inputs = (labels, pools)
 
     def _publish(self, *, force: bool = False) -> None:
         report = NodeReport.of(self.state.inventory)
@@ -329,8 +375,13 @@ class DevicePlugin:
         except KubeApiError as exc:
             log.warning("cannot update node %s: %s", self.settings.node_name, exc)
 
-    def reconcile(self) -> None:
-        """Make the registry match kubelet's PodResources and the pods' allocation records."""
+    def _rpcs_active(self) -> bool:
+        return self._clock() - self._last_rpc < _RECONCILE_QUIET_S
+
+    def reconcile(self, *, give_way: bool = False) -> bool:
+        """Make the registry match kubelet's PodResources and the pods' allocation records.
+        With `give_way`, stops without changing anything as soon as an Allocate or
+        PreStartContainer comes in, and returns False (the caller retries later)."""
         # Snapshot before listing: a container registered by a PreStartContainer that runs while we
         # reconcile is newer than our PodResources answer and must not be dropped.
         before = self._registry.all()
@@ -338,9 +389,12 @@ class DevicePlugin:
             holders = self._pod_resources.list_holders()
         except PodResourcesError as exc:
             log.warning("%s", exc)
-            return
+            return True  # retried at the next period, like a finished pass
         live = set()
+        found: list[RegisteredContainer] = []
         for holder in holders:
+            if give_way and self._rpcs_active():
+                return False
             live.add((holder.namespace, holder.pod, holder.container))
             try:
                 pod = self._kube.get_pod(holder.namespace, holder.pod)
@@ -356,10 +410,13 @@ class DevicePlugin:
             except (PreStartRejected, KubeApiError) as exc:
                 log.debug("not registering %s/%s/%s: %s", holder.namespace, holder.pod, holder.container, exc)
                 continue
-            existing = self._registry.get(record.key)
-            # The agent fills in container_id later; a record equal but for it is up to date.
-            if existing is None or replace(existing, container_id=None) != record:
-                self._registry.register(record)
+            found.append(record)
+        current = self._registry.snapshot()
+        # The agent fills in container_id later; a record equal but for it is up to date.
+        stale = [r for r in found if (existing := current.get(r.key)) is None or replace(existing, container_id=None) != r]
+        if stale:
+            self._registry.register_all(stale)  # one rewrite: after a lost state dir that is every container
         for record in before:
             if (record.namespace, record.pod_name, record.container) not in live:
                 self._registry.unregister(record.key)
+        return True

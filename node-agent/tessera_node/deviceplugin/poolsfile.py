@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from tessera_node.agent.pools import pool_policy_for_node, read_pools_file
@@ -23,6 +24,9 @@ from tessera_node.agent.registry import PoolPolicy
 
 _StatKey = tuple[int, int, int]  # (mtime ns, size, inode)
 _RACY_S = 2.0  # modified this recently: do not trust the stat key alone
+# One object for "no document", so callers can tell "unchanged" by identity (the plugin derives
+# the pool policy again only when the labels or this document object changed).
+_NONE: Mapping[str, Any] = MappingProxyType({})
 
 
 class PoolsFile:
@@ -33,13 +37,14 @@ class PoolsFile:
         self.path = path
         self._lock = threading.Lock()
         self._seen: _StatKey | None = None
-        self._pools: dict[str, Any] = {}
+        self._pools: Mapping[str, Any] = _NONE
         self.reloads = 0  # parses done, for logs and tests
 
     def pools(self) -> Mapping[str, Any]:
-        """The current document ({} when missing or unparsable)."""
+        """The current document (empty when missing or unparsable); the same object until the file
+        changes."""
         if self.path is None:
-            return {}
+            return _NONE
         with self._lock:
             return self._current(self.path)
 
@@ -47,7 +52,7 @@ class PoolsFile:
         try:
             st = path.stat()
         except OSError:
-            self._seen, self._pools = None, {}
+            self._seen, self._pools = None, _NONE
             return self._pools
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         # A rewrite within the filesystem's timestamp granularity of the previous one, with the

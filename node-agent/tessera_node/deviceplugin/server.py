@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -23,6 +25,31 @@ from tessera_node.deviceplugin.prestart import PreStartRejected
 PreStart = Callable[[Sequence[str]], None]
 # ListAndWatch streams re-check whether the plugin is stopping at least this often.
 _STREAM_WAKE_S = 0.5
+# Handler threads. Each ListAndWatch stream holds one for its lifetime (one per kubelet
+# connection, two briefly across a kubelet restart); kubelet's pod workers call PreStartContainer
+# concurrently, each call blocking on kubelet's PodResources and the API server. Eight leaves six
+# for those; more only adds threads that contend for the GIL without adding throughput.
+DEFAULT_WORKERS = 8
+
+
+class RpcTimings:
+    """Handler time of the latency-critical RPCs (wall and the handler thread's CPU), for the last
+    `keep` calls of each. What kubelet sees is transport + handler; keeping the handler's share
+    tells which of the two a slow start came from (bench/device_plugin.py prints both)."""
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._keep = keep
+        self._calls: dict[str, deque[tuple[float, float]]] = {}
+
+    def record(self, method: str, wall_s: float, cpu_s: float) -> None:
+        with self._lock:
+            self._calls.setdefault(method, deque(maxlen=self._keep)).append((wall_s, cpu_s))
+
+    def snapshot(self) -> dict[str, list[tuple[float, float]]]:
+        """(wall seconds, CPU seconds) per call, oldest first, per method."""
+        with self._lock:
+            return {method: list(calls) for method, calls in self._calls.items()}
 
 
 class PluginState:
@@ -30,6 +57,7 @@ class PluginState:
 
     def __init__(self, inventory: Inventory, allocate: AllocateSettings) -> None:
         self._cond = threading.Condition()
+        inventory.advertises(())  # builds its token set here, not in the first Allocate after it
         self._inventory = inventory
         self._allocate = allocate
         self._version = 0
@@ -46,6 +74,7 @@ class PluginState:
             return self._allocate
 
     def update(self, inventory: Inventory) -> None:
+        inventory.advertises(())  # builds its token set here, not in the first Allocate after it
         with self._cond:
             if inventory != self._inventory:
                 self._inventory = inventory
@@ -84,10 +113,19 @@ def list_and_watch_response(inventory: Inventory) -> dp.ListAndWatchResponse:
 
 
 class DevicePluginServicer(dp_grpc.DevicePluginServicer):
-    def __init__(self, state: PluginState, prestart: PreStart, before_allocate: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        state: PluginState,
+        prestart: PreStart,
+        before_allocate: Callable[[], None] = lambda: None,
+        timings: RpcTimings | None = None,
+    ) -> None:
         self._state = state
         self._prestart = prestart
         self._before_allocate = before_allocate  # brings allocate settings up to date (pool policy)
+        self.timings = timings or RpcTimings()
+        # The answer depends only on the settings (node-wide facts): built once per settings.
+        self._answer_cache: tuple[AllocateSettings, dp.ContainerAllocateResponse] | None = None
 
     def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.ServicerContext) -> dp.DevicePluginOptions:
         return dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
@@ -112,34 +150,49 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         return dp.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:
+        began, cpu = time.perf_counter(), time.thread_time()
         self._before_allocate()
         inventory, settings = self._state.inventory, self._state.allocate_settings
         responses = []
         try:
             for req in request.container_requests:
-                answer = allocate_container(inventory, list(req.devices_ids), settings)
-                responses.append(
-                    dp.ContainerAllocateResponse(
-                        envs=dict(answer.envs),
-                        mounts=[dp.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only) for m in answer.mounts],
-                    )
-                )
+                responses.append(self._answer(inventory, req.devices_ids, settings))
         except TokenError as exc:
+            self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
         return dp.AllocateResponse(container_responses=responses)
 
+    def _answer(self, inventory: Inventory, tokens: Sequence[str], settings: AllocateSettings) -> dp.ContainerAllocateResponse:
+        if not tokens or not inventory.advertises(tokens):
+            allocate_container(inventory, list(tokens), settings)  # raises TokenError saying what is wrong
+            raise TokenError(f"{sorted(tokens)[:3]} are not tessera.dev/gpu-core device IDs this plugin advertised")
+        cached = self._answer_cache
+        if cached is not None and cached[0] == settings:
+            return cached[1]
+        answer = allocate_container(inventory, list(tokens), settings)
+        response = dp.ContainerAllocateResponse(
+            envs=dict(answer.envs),
+            mounts=[dp.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only) for m in answer.mounts],
+        )
+        self._answer_cache = (settings, response)
+        return response
+
     def PreStartContainer(self, request: dp.PreStartContainerRequest, context: grpc.ServicerContext) -> dp.PreStartContainerResponse:
+        began, cpu = time.perf_counter(), time.thread_time()
         try:
             self._prestart(list(request.devices_ids))
         except PreStartRejected as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        finally:
+            self.timings.record("PreStartContainer", time.perf_counter() - began, time.thread_time() - cpu)
         return dp.PreStartContainerResponse()
 
 
 class PluginServer:
     """The gRPC server on the plugin's unix socket. `start` (re)creates the socket file."""
 
-    def __init__(self, socket_path: Path, servicer: DevicePluginServicer, *, workers: int = 8) -> None:
+    def __init__(self, socket_path: Path, servicer: DevicePluginServicer, *, workers: int = DEFAULT_WORKERS) -> None:
         self.socket_path = socket_path
         self._servicer = servicer
         self._workers = workers

@@ -17,7 +17,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tessera_node.gpu.backend import (
     GpuBackendError,
@@ -33,8 +33,11 @@ from tessera_node.gpu.backend import (
 
 _MIB = 1024 * 1024
 _log = logging.getLogger(__name__)
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
+if TYPE_CHECKING:  # typing.ParamSpec is 3.10+; the GPU checks import this module on Python 3.9
+    from typing import Concatenate, ParamSpec
+
+    _P = ParamSpec("_P")
 
 
 def _load_pynvml() -> Any:

@@ -3,7 +3,9 @@
 - serves `Registration` on `<dir>/kubelet.sock`; on Register it dials the plugin's socket, reads
   its options and consumes ListAndWatch in a thread (keeping the latest devices and each
   message's encoded size);
-- serves `PodResourcesLister` (v1) on its own socket from its device assignments;
+- serves `PodResourcesLister` (v1) on its own socket from its device assignments; like kubelet's
+  device manager, an assignment shows there once Allocate has returned (kubelet records it after
+  the call), and `Get` is a lookup, not a scan;
 - admits pods like kubelet's device manager: for each container asking for the resource, it takes
   free healthy devices (honouring GetPreferredAllocation when the plugin offers it), calls
   Allocate, records the assignment; then starts containers with PreStartContainer;
@@ -85,14 +87,18 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
         self._emulator = emulator
 
     def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:
-        return self._emulator._list_response()
+        began = time.perf_counter()
+        response = self._emulator._list_response()[0]
+        self._emulator.handler_seconds["List"].append(time.perf_counter() - began)
+        return response
 
     def Get(self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext) -> pr.GetPodResourcesResponse:
-        for pod in self._emulator._list_response().pod_resources:
-            if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
-                return pr.GetPodResourcesResponse(pod_resources=pod)
-        context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
-        raise AssertionError("unreachable")
+        began = time.perf_counter()
+        pod = self._emulator._list_response()[1].get((request.pod_namespace, request.pod_name))
+        self._emulator.handler_seconds["Get"].append(time.perf_counter() - began)
+        if pod is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
+        return pr.GetPodResourcesResponse(pod_resources=pod)
 
 
 class KubeletEmulator:
@@ -106,7 +112,11 @@ class KubeletEmulator:
         self._views: dict[tuple[str, str, str], ContainerView] = {}
         self.registrations: list[tuple[float, str]] = []  # (monotonic time, resource)
         self.rpc_seconds: dict[str, list[float]] = {"Allocate": [], "PreStartContainer": []}  # client-side latency
-        self._list_cache: pr.ListPodResourcesResponse | None = None  # rebuilt after assignments change
+        # Time our PodResources handlers take, so a benchmark can tell the emulator's share of a
+        # PreStartContainer (which calls back into it) from the plugin's.
+        self.handler_seconds: dict[str, list[float]] = {"List": [], "Get": []}
+        self._pod_messages: dict[PodKey, pr.PodResources] = {}  # PodResources entry per pod with assignments
+        self._list_cache: tuple[pr.ListPodResourcesResponse, dict[PodKey, pr.PodResources]] | None = None  # rebuilt after assignments change
         self._reg_server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
 
@@ -225,8 +235,7 @@ class KubeletEmulator:
                 if len(set(preferred)) == amount and set(preferred) <= set(free):
                     chosen = list(preferred)
             assigned = _Assigned(frozenset(chosen))
-            self._assigned.setdefault((namespace, name), {})[container] = assigned
-            self._list_cache = None
+            self._assigned.setdefault((namespace, name), {})[container] = assigned  # taken, not yet in PodResources
         try:
             began = time.perf_counter()
             response = plugin.stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=sorted(assigned.devices))]), timeout=5)
@@ -234,10 +243,11 @@ class KubeletEmulator:
         except grpc.RpcError as exc:
             with self._cond:
                 self._assigned[(namespace, name)].pop(container, None)
-                self._list_cache = None
+                self._pod_changed((namespace, name))
             raise StartFailed(f"Allocate failed: {exc.details()}") from exc
         with self._cond:
             assigned.response = response.container_responses[0]
+            self._pod_changed((namespace, name))  # kubelet records the assignment once Allocate returned
 
     def start_container(self, namespace: str, name: str, container: str, resource: str) -> ContainerView:
         """PreStartContainer, then resolve what the container sees."""
@@ -261,7 +271,7 @@ class KubeletEmulator:
     def remove_pod(self, namespace: str, name: str) -> None:
         with self._cond:
             self._assigned.pop((namespace, name), None)
-            self._list_cache = None
+            self._pod_changed((namespace, name))
             for key in [k for k in self._views if k[:2] == (namespace, name)]:
                 del self._views[key]
 
@@ -291,27 +301,29 @@ class KubeletEmulator:
         mounts = tuple((m.container_path, m.host_path, m.read_only) for m in response.mounts)
         return ContainerView(env, mounts, assigned.devices, tuple(conflicts))
 
-    def _list_response(self) -> pr.ListPodResourcesResponse:
+    def _pod_changed(self, key: PodKey) -> None:
+        """Re-encode one pod's PodResources entry (callers hold `_cond`): kubelet answers List
+        from its in-memory state, so the emulator must not rebuild every pod per List either."""
+        containers = {c: a for c, a in self._assigned.get(key, {}).items() if a.response is not None}
+        if containers:
+            self._pod_messages[key] = pr.PodResources(
+                name=key[1],
+                namespace=key[0],
+                containers=[
+                    pr.ContainerResources(name=c, devices=[pr.ContainerDevices(resource_name=self._resource_of(a), device_ids=sorted(a.devices))])
+                    for c, a in sorted(containers.items())
+                ],
+            )
+        else:
+            self._pod_messages.pop(key, None)
+        self._list_cache = None
+
+    def _list_response(self) -> tuple[pr.ListPodResourcesResponse, dict[PodKey, pr.PodResources]]:
         with self._cond:
             if self._list_cache is None:
-                self._list_cache = pr.ListPodResourcesResponse(pod_resources=self._pod_resources())
+                pods = dict(self._pod_messages)
+                self._list_cache = (pr.ListPodResourcesResponse(pod_resources=[pods[k] for k in sorted(pods)]), pods)
             return self._list_cache
-
-    def _pod_resources(self) -> list[pr.PodResources]:
-        with self._cond:
-            out = []
-            for (namespace, name), containers in sorted(self._assigned.items()):
-                out.append(
-                    pr.PodResources(
-                        name=name,
-                        namespace=namespace,
-                        containers=[
-                            pr.ContainerResources(name=c, devices=[pr.ContainerDevices(resource_name=self._resource_of(a), device_ids=sorted(a.devices))])
-                            for c, a in sorted(containers.items())
-                        ],
-                    )
-                )
-            return out
 
     def _resource_of(self, assigned: _Assigned) -> str:
         # One resource per emulator in practice; PodResources needs the name back.

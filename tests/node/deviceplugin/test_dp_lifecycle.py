@@ -5,9 +5,11 @@ import json
 import shutil
 import time
 
+import pytest
 from dp_harness import NODE, Harness, wait_until
 
 from tessera.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, PAUSED_FOR_MIG_CHANGE
+from tessera_node.agent.registry import RegisteredContainer
 from tessera_node.gpu.backend import MigMode
 
 REREGISTER_TARGET_S = 1.0  # the product requirement: back within a second of a kubelet restart
@@ -121,3 +123,20 @@ def test_tokens_reused_by_a_new_pod_are_never_attributed_to_the_old_one(node: Ha
     view = node.start("new")
     assert view.devices == old_tokens, "test setup: kubelet should hand the freed tokens to the new pod"
     assert wait_until(lambda: [(r.pod_name, r.shares[0].memory_mib) for r in node.registry.all()] == [("new", 8192)])
+
+
+def test_records_lost_before_their_write_are_restored_once_by_reconcile(node: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer holds records back until starts pause; a crash in that window loses them.
+    Reconciliation restores each exactly once, with the shares PreStartContainer verified."""
+    assert node.plugin is not None
+    lost: list[RegisteredContainer] = []
+    monkeypatch.setattr(node.plugin._writer, "submit", lost.append)  # queued, then the crash: never written
+    pods = [f"q{i}" for i in range(4)]
+    for pod in pods:
+        node.extender.create_and_bind(pod, {"main": (20, 2048)})
+        node.allocate(pod)
+        node.start(pod)
+    assert sorted(r.pod_name for r in lost) == pods
+    assert wait_until(lambda: len(node.registry.all()) == 4)
+    time.sleep(2 * node.settings.reconcile_s)  # later passes must not duplicate or change them
+    assert sorted((r.pod_name, r.shares) for r in node.registry.all()) == sorted((r.pod_name, r.shares) for r in lost)

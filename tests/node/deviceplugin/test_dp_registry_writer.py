@@ -33,3 +33,29 @@ def test_close_writes_everything_still_queued(tmp_path: Path) -> None:
         writer.submit(record)
     writer.close()
     assert sorted(r.pod_name for r in registry.all()) == ["p0", "p1", "p2"]
+
+
+def test_a_burst_of_starts_is_written_in_one_rewrite(tmp_path: Path) -> None:
+    """N records queued during a burst cost one rewrite of the file, not N rewrites of up to N
+    records each (which held the GIL for the whole burst on a dense node)."""
+    registry = ContainerRegistry(tmp_path)
+    writer = RegistryWriter(registry, quiet_s=0.05, max_delay_s=5.0)
+    records = [RegisteredContainer(PodUid(f"u{i}"), "ns", f"p{i}", ContainerName("main"), RECORD.shares) for i in range(50)]
+    for record in records:
+        writer.submit(record)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and len(registry.all()) < 50:
+        time.sleep(0.01)
+    writer.close()
+    assert sorted(r.pod_name for r in registry.all()) == sorted(f"p{i}" for i in range(50))
+    assert writer.writes == 1
+
+
+def test_the_latest_record_of_a_container_wins_within_a_batch(tmp_path: Path) -> None:
+    registry = ContainerRegistry(tmp_path)
+    writer = RegistryWriter(registry, quiet_s=10.0, max_delay_s=10.0)
+    writer.submit(RECORD)
+    newer = RegisteredContainer(RECORD.pod_uid, RECORD.namespace, RECORD.pod_name, RECORD.container, (GpuShare(1, "GPU-b", 30, 2048),))
+    writer.submit(newer)
+    writer.close()
+    assert registry.all() == [newer]
