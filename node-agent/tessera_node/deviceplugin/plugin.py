@@ -26,7 +26,7 @@ from typing import Any
 from tessera.contract import GPU_CORE, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
 from tessera_node.agent.pools import pool_policy_for_node
-from tessera_node.agent.registry import ContainerRegistry, PoolPolicy, RegisteredContainer, SharingPolicy
+from tessera_node.agent.registry import ContainerKey, ContainerName, ContainerRegistry, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.eviction import EvictionSettings, Evictor
 from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
@@ -390,14 +390,23 @@ class DevicePlugin:
         except PodResourcesError as exc:
             log.warning("%s", exc)
             return True  # retried at the next period, like a finished pass
-        live = set()
+        # Live containers by pod uid: a StatefulSet pod recreated under the same name is a new pod,
+        # and the old one's record must go. Only where the pod cannot be read is the name all we
+        # have, and then records under that name are kept until a later pass can tell.
+        live_keys: set[ContainerKey] = set()
+        unreadable: set[tuple[str, str, str]] = set()
         found: list[RegisteredContainer] = []
         for holder in holders:
             if give_way and self._rpcs_active():
                 return False
-            live.add((holder.namespace, holder.pod, holder.container))
             try:
                 pod = self._kube.get_pod(holder.namespace, holder.pod)
+            except KubeApiError as exc:
+                unreadable.add((holder.namespace, holder.pod, holder.container))
+                log.debug("cannot read pod %s/%s: %s", holder.namespace, holder.pod, exc)
+                continue
+            live_keys.add(ContainerKey(PodUid(str((pod.get("metadata") or {}).get("uid", ""))), ContainerName(holder.container)))
+            try:
                 record = verify(
                     owner=find_owner([holder], sorted(holder.tokens)),
                     tokens=sorted(holder.tokens),
@@ -417,6 +426,6 @@ class DevicePlugin:
         if stale:
             self._registry.register_all(stale)  # one rewrite: after a lost state dir that is every container
         for record in before:
-            if (record.namespace, record.pod_name, record.container) not in live:
+            if record.key not in live_keys and (record.namespace, record.pod_name, record.container) not in unreadable:
                 self._registry.unregister(record.key)
         return True

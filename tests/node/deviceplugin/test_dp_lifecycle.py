@@ -140,3 +140,23 @@ def test_records_lost_before_their_write_are_restored_once_by_reconcile(node: Ha
     assert wait_until(lambda: len(node.registry.all()) == 4)
     time.sleep(2 * node.settings.reconcile_s)  # later passes must not duplicate or change them
     assert sorted((r.pod_name, r.shares) for r in node.registry.all()) == sorted((r.pod_name, r.shares) for r in lost)
+
+
+def test_a_pod_recreated_under_the_same_name_replaces_the_old_record(node: Harness) -> None:
+    """StatefulSet pods come back with the same name and a new uid: the old pod's record (its
+    shares, its limits) must not linger next to the new one."""
+    first = node.extender.create_and_bind("web-0", {"main": (30, 4096)})
+    node.allocate("web-0")
+    node.start("web-0")
+    old_uid = node.kube.get_pod("default", "web-0")["metadata"]["uid"]
+    node.kubelet.remove_pod("default", "web-0")
+    node.kube.delete_pod("default", "web-0")
+    node.extender.release(first)
+    node.extender.create_and_bind("web-0", {"main": (50, 8192)})
+    new_uid = node.kube.get_pod("default", "web-0")["metadata"]["uid"]
+    assert new_uid != old_uid, "test setup: the recreated pod must get a new uid"
+    node.allocate("web-0")
+    node.start("web-0")
+    assert wait_until(lambda: [(r.pod_uid, r.shares[0].core, r.shares[0].memory_mib) for r in node.registry.all()] == [(new_uid, 50, 8192)]), (
+        f"registry still holds the old pod: {node.registry.all()}"
+    )
