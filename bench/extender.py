@@ -9,7 +9,10 @@ measures:
   candidates, one request at a time: p50 / p90 / p99 / max;
 - bind throughput: pods already filtered are bound by several client threads at once.
 
-    nice python bench/extender.py [--nodes CSV] [--pods CSV] [--target 0.9] [--probes 500]
+    nice python bench/extender.py [--nodes CSV] [--pods CSV] [--target 0.9] [--probes 500] [--slowest 10]
+
+`--slowest N` lists the N slowest probes with their shape and feasible-node count: a tail made
+of one kind of pod points at its evaluation path.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tessera.alloc import MILLI_PER_GPU
+from tessera.alloc import MILLI_PER_GPU, PodRequest
 from tessera.scheduler.simulate import trace_pod_manifest
 from tessera.sim.trace import load_nodes, load_pods
 
@@ -112,6 +115,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--policy", default=None)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--slowest", type=int, default=0, metavar="N", help="list the N slowest probes with their pod shape")
     args = parser.parse_args()
 
     capacity_gpus = sum(len(n.gpus) for n in load_nodes(args.nodes))
@@ -124,12 +128,16 @@ def main() -> int:
         counter = 0
 
         def next_pod() -> tuple[dict[str, Any], float]:
+            pod, request = next_request()
+            return pod, request.gpu_milli_total / MILLI_PER_GPU
+
+        def next_request() -> tuple[dict[str, Any], PodRequest]:
             nonlocal counter
             request = trace[counter % len(trace)]
             counter += 1
             pod = trace_pod_manifest(request, namespace="bench")
             pod["metadata"]["name"] = f"pod-{counter:06d}"
-            return pod, request.gpu_milli_total / MILLI_PER_GPU
+            return pod, request
 
         # 1. load to the target with the full cycle, one pod at a time (like one kube-scheduler)
         allocated = 0.0
@@ -153,10 +161,11 @@ def main() -> int:
         # 2. filter + prioritize latency at that load, NodeNames with every node as candidate
         latencies: list[float] = []
         filter_only: list[float] = []
+        probes: list[tuple[float, float, int, PodRequest]] = []  # (filter+prioritize, filter, feasible, pod)
         server_cpu = cpu_seconds(proc.pid)
         epoch = mix_epoch(conn)
         for _ in range(args.probes):
-            pod, _ = next_pod()
+            pod, request = next_request()
             t0 = time.perf_counter()
             result = conn.post("filter", {"Pod": pod, "NodeNames": names})
             t1 = time.perf_counter()
@@ -165,6 +174,7 @@ def main() -> int:
                 conn.post("prioritize", {"Pod": pod, "NodeNames": feasible})
             latencies.append(time.perf_counter() - t0)
             filter_only.append(t1 - t0)
+            probes.append((latencies[-1], filter_only[-1], len(feasible), request))
         server_cpu = cpu_seconds(proc.pid) - server_cpu
         epochs = mix_epoch(conn) - epoch
         print(f"filter+prioritize over HTTP, {len(names)} nodes / {capacity_gpus} GPUs, {args.probes} probes: "
@@ -173,6 +183,10 @@ def main() -> int:
               f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms); "
               f"extender CPU {1000 * server_cpu / args.probes:.2f} ms per filter+prioritize on average; "
               f"{epochs:.0f} workload-mix epoch changes during the probes")
+        for total, filtered, count, request in sorted(probes, key=lambda p: p[0], reverse=True)[: args.slowest]:
+            shape = "+".join(f"{c.gpu_count}x{c.gpu_milli}m" for c in request.gpu_containers)
+            print(f"  {1000 * total:7.2f} ms (filter {1000 * filtered:6.2f}): {shape} GPU, cpu {request.cpu_milli}m, "
+                  f"memory {request.memory_mib}Mi; {count} feasible nodes")
 
         # 3. bind throughput: filter first, then bind concurrently. Each pod goes to a different
         # feasible node (round robin) so the figure is binds completed, not capacity races lost.

@@ -14,7 +14,9 @@ Public API (used by the scheduler extender `tessera.scheduler` and the simulator
   - `observe(pod)`: feed a newly seen pod into the learned workload mix (once per pod);
   - `check_fit(pod, node) -> FitFailure | None`, `fits`, `score(pod, node) -> float | None`
     (higher is better; `extender_scores({node: score})` maps a candidate set to 0..10),
-    `evaluate` (both at once, cached per node version and pod shape: O(1) for unchanged nodes);
+    `evaluate` (both at once, cached per node version and pod shape: O(1) for unchanged nodes;
+    most misfits rejected from a capacity summary without running the policy), `evaluate_many`
+    (the same for a batch of nodes, per-pod work done once);
   - `place(pod, node) -> Placement | None` (GPU choice per container, nothing reserved),
     `schedule(pod, candidates=None)` (best node, ties to the tie ranking);
   - `reserve(pod, placement)`: re-checks against the current state and raises

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, GpuState, NodeState, PodRequest
 
@@ -77,6 +78,85 @@ def host_fit(node: NodeState, pod: PodRequest) -> FitFailure | None:
     if node.free_memory_mib < pod.memory_mib:
         return FitFailure.MEMORY
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a node can still give, summarised once per node version so that most pods that do
+    not fit are rejected without building slots or running a policy (at 90 % load a whole-GPU
+    pod fits on a few dozen of 1213 nodes)."""
+
+    free_cpu_milli: int
+    free_memory_mib: int
+    idle_gpus: int  # healthy and idle
+    max_free_milli: int  # over healthy GPUs; -1 without any
+    max_free_memory_mib: int  # over healthy GPUs; -1 without any
+    share_room: bool  # a healthy GPU holds fewer shares than the node's cap (True without a cap)
+    models: frozenset[str]  # of every GPU, healthy or not (what assign's model check looks at)
+
+
+def capacity_of(node: NodeState) -> Capacity:
+    healthy = [g for g in node.gpus if g.healthy]
+    cap = node.max_shares_per_gpu
+    return Capacity(
+        node.free_cpu_milli,
+        node.free_memory_mib,
+        sum(1 for g in healthy if g.idle),
+        max((g.free_milli for g in healthy), default=-1),
+        max((g.free_memory_mib for g in healthy), default=-1),
+        cap is None or any(g.shares < cap for g in healthy),
+        node.models,
+    )
+
+
+class Demand(NamedTuple):
+    """What `certain_failure` compares a node's `Capacity` with, derived once per pod (a batch
+    of 1213 nodes then costs a few comparisons per node). Per share container the conditions are
+    separate, so the largest share's compute and memory stand for all of them."""
+
+    cpu_milli: int
+    memory_mib: int
+    models: frozenset[str] | None
+    whole_gpus: int
+    share_milli: int  # largest share's compute; 0 without shares
+    share_memory_mib: int  # largest GPU memory a share asks for; -1 when none asks
+
+    @staticmethod
+    def of(pod: PodRequest) -> Demand:
+        whole = share = 0
+        share_memory = -1
+        for c in pod.containers:
+            if not c.gpu_count:
+                continue
+            if c.whole:
+                whole += c.gpu_count
+            else:
+                share = max(share, c.gpu_milli)
+                if c.gpu_memory_mib is not None:
+                    share_memory = max(share_memory, c.gpu_memory_mib)
+        return Demand(pod.cpu_milli, pod.memory_mib, pod.gpu_models, whole, share, share_memory)
+
+    def reject(self, capacity: Capacity) -> FitFailure | None:
+        """The failure `host_fit` then `assign` report, where the summary alone proves it; None
+        when only running them can tell. Checks in their order (CPU, memory, GPU model, GPU) so
+        the reason is the same; each GPU condition is a necessary one, against the untouched node."""
+        if capacity.free_cpu_milli < self.cpu_milli:
+            return FitFailure.CPU
+        if capacity.free_memory_mib < self.memory_mib:
+            return FitFailure.MEMORY
+        if self.models is not None:
+            # usable GPUs depend on the model; only the "no such model at all" answer is certain
+            return FitFailure.GPU_MODEL if not self.models & capacity.models else None
+        if self.share_milli and (
+            self.share_milli > capacity.max_free_milli or self.share_memory_mib > capacity.max_free_memory_mib or not capacity.share_room
+        ):
+            return FitFailure.GPU
+        return FitFailure.GPU if self.whole_gpus > capacity.idle_gpus else None
+
+
+def certain_failure(capacity: Capacity, pod: PodRequest) -> FitFailure | None:
+    """`Demand.reject` for one pod."""
+    return Demand.of(pod).reject(capacity)
 
 
 def class_key(slot: Slot, pod: PodRequest) -> int:

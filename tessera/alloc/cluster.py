@@ -7,7 +7,7 @@ thread-safe: the extender serialises calls with its lock.
 
 Scores are cached per (node, pod shape, policy) and keyed on the node's `version` and the
 policy's `epoch`, so a scheduling cycle over 1213 nodes costs dict look-ups for every node whose
-state did not change since a pod of the same shape was last scored.
+state did not change since a pod of the same shape was last scored (`evaluation_cache`).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tessera.alloc.assign import host_fit, usable
+from tessera.alloc.evaluation_cache import EvaluationCache
 from tessera.alloc.frag_policy import FgdPolicy, FragmentationAwarePolicy
 from tessera.alloc.model import (
     MILLI_PER_CORE,
@@ -42,9 +43,6 @@ from tessera.alloc.policy import (
 from tessera.alloc.ranking import BestNodeIndex
 from tessera.alloc.workload import MixSnapshot, WorkloadMix
 from tessera.contract import Allocation, GpuShare
-
-_CacheEntry = tuple[int, int, Evaluation | FitFailure]
-_STATE_CACHE_LIMIT = 200_000  # entries of the by-state evaluation cache before it is dropped
 
 
 @dataclass(frozen=True)
@@ -76,10 +74,8 @@ class Cluster:
         self._seed = seed
         self._policies: dict[PlacementPolicy, Policy] = {}
         self._pods: dict[PodUid, tuple[PodRequest, Placement]] = {}
-        self._cache: dict[str, dict[tuple[object, ...], _CacheEntry]] = {}
+        self._evaluations = EvaluationCache()
         self._rank: dict[str, int] = {}
-        self._by_state: dict[tuple[object, ...], tuple[int, Evaluation | FitFailure]] = {}
-        self._signatures: dict[str, tuple[int, tuple[object, ...]]] = {}
         self._index = BestNodeIndex()
         self._versions = 0  # node versions are unique across nodes and time (stale-entry checks)
         for node in nodes:
@@ -98,6 +94,7 @@ class Cluster:
         """Use this policy object for its name (tuned settings, benchmarks, ablations)."""
         self._policies[impl.name] = impl
         self._index = BestNodeIndex()
+        self._evaluations.clear()  # results of the object it replaces must not be served
 
     def _make_policy(self, name: PlacementPolicy) -> Policy:
         if name is PlacementPolicy.FGD:
@@ -128,7 +125,7 @@ class Cluster:
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
         self._rank.setdefault(node.name, len(self._rank))
-        self._cache.pop(node.name, None)
+        self._evaluations.forget(node.name)
         self._changed(node)
         dropped: list[PodUid] = []
         if old is not None:
@@ -145,7 +142,7 @@ class Cluster:
     def remove_node(self, name: str) -> list[PodUid]:
         """Forget a node; returns the pods that were placed on it (their records are dropped)."""
         self.nodes.pop(name, None)
-        self._cache.pop(name, None)
+        self._evaluations.forget(name)
         self._index.touched(name)
         gone = [uid for uid, (_, p) in self._pods.items() if p.node == name]
         for uid in gone:
@@ -179,39 +176,11 @@ class Cluster:
         node = self.nodes.get(node_name)
         if node is None:
             return FitFailure.UNKNOWN_NODE
-        impl = self.policy(policy)
-        if not impl.cacheable:
-            return impl.evaluate(node, pod)
-        per_node = self._cache.setdefault(node_name, {})
-        key = (impl.name, pod.shape)
-        hit = per_node.get(key)
-        if hit is not None and hit[0] == node.version and hit[1] == impl.epoch:
-            return hit[2]
-        # Nodes in the same state get the same evaluation (GPU indices included): idle nodes of
-        # one type are scored once per shape and epoch, not once per node.
-        shared_key = (impl.name, pod.shape, self._signature(node))
-        shared = self._by_state.get(shared_key)
-        if shared is not None and shared[0] == impl.epoch:
-            result = shared[1]
-        else:
-            result = impl.evaluate(node, pod)
-            if len(self._by_state) >= _STATE_CACHE_LIMIT:
-                self._by_state.clear()
-            self._by_state[shared_key] = (impl.epoch, result)
-        per_node[key] = (node.version, impl.epoch, result)
-        return result
+        return self._evaluations.evaluate(self.policy(policy), node, pod)
 
-    def _signature(self, node: NodeState) -> tuple[object, ...]:
-        """Everything a policy may look at, except the node's name."""
-        hit = self._signatures.get(node.name)
-        if hit is not None and hit[0] == node.version:
-            return hit[1]
-        sig = (
-            tuple((g.index, g.model, g.memory_mib, g.healthy, g.used_milli, g.used_memory_mib, g.offline_milli, g.shares) for g in node.gpus),
-            node.cpu_milli, node.memory_mib, node.used_cpu_milli, node.used_memory_mib, node.gpu_placement, node.max_shares_per_gpu,
-        )
-        self._signatures[node.name] = (node.version, sig)
-        return sig
+    def evaluate_many(self, pod: PodRequest, names: Iterable[str], policy: PlacementPolicy | None = None) -> dict[str, Evaluation | FitFailure]:
+        """`evaluate` for every name, with the per-pod work done once (the extender's cycles)."""
+        return self._evaluations.evaluate_many(self.policy(policy), self.nodes, pod, names)
 
     def check_fit(self, pod: PodRequest, node_name: str) -> FitFailure | None:
         """None when the pod fits on the node, else why not (for the extender's FailedNodes)."""

@@ -32,15 +32,39 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
     return [(s.free_milli, s.free_memory_mib) for s in slots]
 
 
+_FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
+
+
+class _NodeVector:
+    """What the simple path reads of one version of a node, computed once per version."""
+
+    __slots__ = ("version", "indices", "free", "idle", "models", "idle_count", "offline", "before_epoch", "before")
+
+    def __init__(self, node: NodeState) -> None:
+        healthy = [g for g in node.gpus if g.healthy]
+        self.version = node.version
+        self.indices = [g.index for g in healthy]
+        self.free: list[GpuFree] = [(g.free_milli, g.free_memory_mib) for g in healthy]
+        self.idle = [g.idle for g in healthy]
+        self.models = node.models
+        self.idle_count = sum(self.idle)
+        self.offline = any(g.offline_milli for g in node.gpus)
+        self.before_epoch = -1  # the measure epoch `before` was computed under; -1: not yet
+        self.before = 0.0  # the node's fragmentation as it is
+
+
 class _FragPolicyBase:
     name: PlacementPolicy
     cacheable = True
+    standard_fit = True
     faithful: bool
     weighting: str = "pods"
 
     def __init__(self, snapshot: MixSnapshot) -> None:
+        self.snapshot = snapshot
         self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
-        self._vectors: dict[str, tuple[int, tuple[list[int], list[GpuFree], list[bool], frozenset[str]]]] = {}
+        self._vectors: dict[str, _NodeVector] = {}
+        self._by_node: dict[str, tuple[int, int, dict[tuple[object, ...], Evaluation | FitFailure]]] = {}
 
     @property
     def epoch(self) -> int:
@@ -49,44 +73,74 @@ class _FragPolicyBase:
     def use_mix(self, snapshot: MixSnapshot) -> None:
         """Switch to a new mix snapshot (no-op when it is the one in use)."""
         if snapshot.epoch != self._measure.epoch:
+            self.snapshot = snapshot
             self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
 
-    def _vector(self, node: NodeState) -> tuple[list[int], list[GpuFree], list[bool], frozenset[str]]:
-        """(GPU indices, free capacity, idle flags, models) of the node's healthy GPUs, cached by version."""
-        hit = self._vectors.get(node.name)
-        if hit is not None and hit[0] == node.version:
-            return hit[1]
-        healthy = [g for g in node.gpus if g.healthy]
-        value = ([g.index for g in healthy], [(g.free_milli, g.free_memory_mib) for g in healthy], [g.idle for g in healthy], node.models)
-        self._vectors[node.name] = (node.version, value)
-        return value
+    def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        """`_score`, memoised per node version on what it reads of the pod: GPU containers, models
+        and class, and CPU/RAM only through `host_fit` and the measure's buckets. So pods that
+        differ only in CPU or RAM (most of a trace's shapes) mostly share one evaluation."""
+        epoch = self._measure.epoch
+        memo = self._by_node.get(node.name)
+        if memo is None or memo[0] != node.version or memo[1] != epoch:
+            memo = self._by_node[node.name] = (node.version, epoch, {})
+        free_cpu, free_memory = node.free_cpu_milli, node.free_memory_mib
+        shape = pod.shape
+        key = (
+            shape[0], shape[3], shape[4], free_cpu >= pod.cpu_milli, free_memory >= pod.memory_mib,
+            *self._measure.buckets(free_cpu - pod.cpu_milli, free_memory - pod.memory_mib),
+        )
+        results = memo[2]
+        result = results.get(key)
+        if result is None:
+            if len(results) >= _FAMILY_LIMIT:
+                results.clear()
+            result = results[key] = self._score(node, pod)
+        return result
+
+    def _score(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        raise NotImplementedError
+
+    def _vector(self, node: NodeState) -> _NodeVector:
+        """The node's healthy GPUs as the simple path reads them, cached by version."""
+        vector = self._vectors.get(node.name)
+        if vector is None or vector.version != node.version:
+            vector = self._vectors[node.name] = _NodeVector(node)
+        return vector
 
     def _evaluate(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
         """(fragmentation increase, assignment, idle GPUs left) or why the pod does not fit."""
         if (failure := host_fit(node, pod)) is not None:
             return failure
         containers = pod.gpu_containers
+        vector = self._vector(node)
         simple = (
             len(containers) <= 1
             and pod.gpu_models is None
             and pod.app_class != "offline"
             and (self.faithful or node.gpu_placement is None)
-            and not any(g.offline_milli for g in node.gpus)
+            and not vector.offline
             and node.max_shares_per_gpu is None  # the share cap is enforced in assign()
         )
         if simple:
-            return self._evaluate_simple(node, pod, containers[0] if containers else None)
+            return self._evaluate_simple(node, pod, vector, containers[0] if containers else None)
         return self._evaluate_general(node, pod)
 
-    def _evaluate_simple(self, node: NodeState, pod: PodRequest, c: ContainerRequest | None) -> tuple[float, Assignment, int] | FitFailure:
+    def _evaluate_simple(
+        self, node: NodeState, pod: PodRequest, vector: _NodeVector, c: ContainerRequest | None
+    ) -> tuple[float, Assignment, int] | FitFailure:
         """One container, no model or co-location preference: candidates are the distinct free
         values (GPUs in the same state are interchangeable; the lowest index wins)."""
-        indices, free, idle, models = self._vector(node)
-        of = self._measure.of
+        indices, free, idle, models = vector.indices, vector.free, vector.idle, vector.models
+        measure = self._measure
+        of = measure.of
         cpu_after = node.free_cpu_milli - pod.cpu_milli
         mem_after = node.free_memory_mib - pod.memory_mib
-        before = of(models, node.free_cpu_milli, node.free_memory_mib, free)
-        idle_count = sum(idle)
+        if vector.before_epoch != measure.epoch:
+            vector.before = of(models, node.free_cpu_milli, node.free_memory_mib, free)
+            vector.before_epoch = measure.epoch
+        before = vector.before
+        idle_count = vector.idle_count
         if c is None:
             return of(models, cpu_after, mem_after, free) - before, (), idle_count
         if c.whole:
@@ -99,21 +153,22 @@ class _FragPolicyBase:
             increase = of(models, cpu_after, mem_after, after) - before
             return increase, (tuple(indices[k] for k in positions),), idle_count - c.gpu_count
         need_mem = c.gpu_memory_mib or 0
-        best: tuple[float, int] | None = None
+        changes: list[tuple[int, GpuFree]] = []
         tried: set[GpuFree] = set()
         for k, (f, m) in enumerate(free):
             if f < c.gpu_milli or m < need_mem or (f, m) in tried:
                 continue
             tried.add((f, m))
-            after = list(free)
-            after[k] = (f - c.gpu_milli, m - need_mem)
-            value = round(of(models, cpu_after, mem_after, after), 6)
-            if best is None or value < best[0]:
-                best = (value, k)
-        if best is None:
+            changes.append((k, (f - c.gpu_milli, m - need_mem)))
+        if not changes:
             return FitFailure.GPU
-        k = best[1]
-        return best[0] - before, ((indices[k],),), idle_count - (1 if idle[k] else 0)
+        values = measure.of_variants(models, cpu_after, mem_after, free, changes)
+        k, best = changes[0][0], round(values[0], 6)
+        for (position, _), raw in zip(changes[1:], values[1:]):
+            value = round(raw, 6)
+            if value < best:  # strict: the lowest index wins a tie
+                k, best = position, value
+        return best - before, ((indices[k],),), idle_count - (1 if idle[k] else 0)
 
     def _evaluate_general(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
         cpu_after = node.free_cpu_milli - pod.cpu_milli
@@ -144,7 +199,7 @@ class FgdPolicy(_FragPolicyBase):
     name = PlacementPolicy.FGD
     faithful = True
 
-    def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+    def _score(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = self._evaluate(node, pod)
         if isinstance(result, FitFailure):
             return result
@@ -198,7 +253,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self.weighting = "multi" if self.settings.multi_gpu_weighting else "pods"
         super().__init__(snapshot)
 
-    def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+    def _score(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = self._evaluate(node, pod)
         if isinstance(result, FitFailure):
             return result

@@ -21,6 +21,8 @@ from tessera.alloc.workload import MixSnapshot
 
 GpuFree = tuple[int, int]  # (free milli, free memory MiB) of one usable GPU
 _MEMO_LIMIT = 500_000  # entries; the memo is dropped when it grows past this (bounded memory)
+_Row = tuple[float, int, int]  # (weight, GPU count, demand index or -1: the node cannot host the shape)
+_Counts = tuple[int, int]  # (stranded milli, GPUs that fit) of one vector for one demand
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,15 @@ class FragmentationMeasure:
         self._cpu_cuts = sorted({s.cpu for s in self._shapes})
         self._mem_cuts = sorted({s.memory for s in self._shapes})
         self._memo: dict[tuple[object, ...], float] = {}
+        # Shapes differ mostly in CPU and RAM; the per-GPU test depends only on (milli, GPU
+        # memory), so it runs once per distinct pair ("demand") and the shapes index into them.
+        self._demands = sorted({(s.milli, s.gpu_memory) for s in self._shapes})
+        self._demand_of = {demand: i for i, demand in enumerate(self._demands)}
+        self._compiled: dict[tuple[object, ...], tuple[tuple[_Row, ...], tuple[int, ...]]] = {}
+
+    def buckets(self, free_cpu: int, free_memory: int) -> tuple[int, int]:
+        """Where free CPU and RAM fall among the shapes' demands: all the measure reads of them."""
+        return bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory)
 
     def key(self, models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree]) -> tuple[object, ...]:
         return (models, bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory), tuple(sorted(gpus)))
@@ -77,27 +88,102 @@ class FragmentationMeasure:
         key = self.key(models, free_cpu, free_memory, gpus)
         value = self._memo.get(key)
         if value is None:
-            value = self._compute(models, free_cpu, free_memory, key[3])  # type: ignore[arg-type]
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[key] = value
+            rows, _ = self._rows(key[:3], models, free_cpu, free_memory)
+            counts: list[_Counts | None] = [None] * len(self._demands)
+            value = self._remember(key, self._sum(rows, key[3], sum(f for f, _ in gpus), counts))  # type: ignore[arg-type]
         return value
 
-    def _compute(self, models: frozenset[str], free_cpu: int, free_memory: int, gpus: tuple[GpuFree, ...]) -> float:
-        idle = sum(f for f, _ in gpus)
-        if idle == 0:
-            return 0.0
-        frag = 0.0
-        for s in self._shapes:
-            if s.count == 0 or s.cpu > free_cpu or s.memory > free_memory or (s.models is not None and not (s.models & models)):
-                frag += s.weight * idle
-                continue
-            stranded = 0
-            fitting = 0
+    def of_variants(
+        self, models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree], changes: Sequence[tuple[int, GpuFree]]
+    ) -> list[float]:
+        """`of` for each vector that differs from `gpus` in one GPU (position, new value): the
+        candidate GPUs of one share. A memo miss is derived from `gpus`' per-demand counts in
+        O(demands) instead of a pass over every GPU per demand."""
+        prefix = (models, bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory))
+        compiled: tuple[tuple[_Row, ...], tuple[int, ...]] | None = None
+        base: list[_Counts | None] = [None] * len(self._demands)
+        base_idle = sum(f for f, _ in gpus)
+        out: list[float] = []
+        for position, new in changes:
+            after = list(gpus)
+            old = after[position]
+            after[position] = new
+            key = (*prefix, tuple(sorted(after)))
+            value = self._memo.get(key)
+            if value is None:
+                if compiled is None:
+                    compiled = self._rows(prefix, models, free_cpu, free_memory)
+                rows, used = compiled
+                counts: list[_Counts | None] = [None] * len(self._demands)
+                for d in used:
+                    counts[d] = self._changed(self._counts(gpus, d, base), d, old, new)
+                value = self._remember(key, self._sum(rows, after, base_idle - old[0] + new[0], counts))
+            out.append(value)
+        return out
+
+    def _remember(self, key: tuple[object, ...], value: float) -> float:
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+            self._compiled.clear()
+        self._memo[key] = value
+        return value
+
+    def _rows(
+        self, prefix: tuple[object, ...], models: frozenset[str], free_cpu: int, free_memory: int
+    ) -> tuple[tuple[_Row, ...], tuple[int, ...]]:
+        """The shapes in order as (weight, count, demand), demand -1 where the node cannot host
+        the shape at all, and the demands used. Depends on CPU and RAM only through their
+        buckets, like the memo."""
+        compiled = self._compiled.get(prefix)
+        if compiled is None:
+            rows = tuple(
+                (s.weight, s.count, -1)
+                if s.count == 0 or s.cpu > free_cpu or s.memory > free_memory or (s.models is not None and not (s.models & models))
+                else (s.weight, s.count, self._demand_of[(s.milli, s.gpu_memory)])
+                for s in self._shapes
+            )
+            compiled = self._compiled[prefix] = (rows, tuple(sorted({d for _, _, d in rows if d >= 0})))
+        return compiled
+
+    def _counts(self, gpus: Sequence[GpuFree], d: int, cache: list[_Counts | None]) -> _Counts:
+        """(stranded milli, GPUs that fit) of `gpus` for demand `d`."""
+        counted = cache[d]
+        if counted is None:
+            milli, gpu_memory = self._demands[d]
+            stranded = fitting = 0
             for free, mem in gpus:
-                if free < s.milli or mem < s.gpu_memory:
+                if free < milli or mem < gpu_memory:
                     stranded += free
                 else:
                     fitting += 1
-            frag += s.weight * (idle if fitting < s.count else stranded)
+            counted = cache[d] = (stranded, fitting)
+        return counted
+
+    def _changed(self, counted: _Counts, d: int, old: GpuFree, new: GpuFree) -> _Counts:
+        milli, gpu_memory = self._demands[d]
+        stranded, fitting = counted
+        if old[0] < milli or old[1] < gpu_memory:
+            stranded -= old[0]
+        else:
+            fitting -= 1
+        if new[0] < milli or new[1] < gpu_memory:
+            stranded += new[0]
+        else:
+            fitting += 1
+        return stranded, fitting
+
+    def _sum(self, rows: tuple[_Row, ...], gpus: Sequence[GpuFree], idle: int, counts: list[_Counts | None]) -> float:
+        """The expectation over the shapes, added in the shapes' order so the value is bit for bit
+        what FGD's shape-by-shape loop gives (a last-digit difference can move a pod)."""
+        if idle == 0:
+            return 0.0
+        frag = 0.0
+        for weight, count, d in rows:
+            if d < 0:
+                frag += weight * idle
+                continue
+            counted = counts[d]
+            if counted is None:
+                counted = self._counts(gpus, d, counts)
+            frag += weight * (idle if counted[1] < count else counted[0])
         return frag

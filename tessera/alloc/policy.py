@@ -58,6 +58,9 @@ class Evaluation:
 class Policy(Protocol):
     name: PlacementPolicy
     cacheable: bool  # False: every evaluation must be recomputed (the random baseline)
+    # True: evaluate() rules a node out exactly as host_fit then assign() do (same reason), so a
+    # cache may reject from a node summary without calling it (`assign.certain_failure`)
+    standard_fit: bool
 
     @property
     def epoch(self) -> int:
@@ -107,6 +110,7 @@ class BinpackPolicy:
 
     name = PlacementPolicy.BINPACK
     cacheable = True
+    standard_fit = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -122,6 +126,7 @@ class SpreadPolicy:
 
     name = PlacementPolicy.SPREAD
     cacheable = True
+    standard_fit = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -137,6 +142,7 @@ class BestFitPolicy:
 
     name = PlacementPolicy.BESTFIT
     cacheable = True
+    standard_fit = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -154,6 +160,7 @@ class DotProductPolicy:
 
     name = PlacementPolicy.DOTPROD
     cacheable = True
+    standard_fit = True
     epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
@@ -174,6 +181,7 @@ class RandomPolicy:
 
     name = PlacementPolicy.RANDOM
     cacheable = False
+    standard_fit = True
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)

@@ -49,14 +49,16 @@ class Extender:
         self._ready = ready
         self._pod_sink = pod_sink
 
-    def _request(self, args: ExtenderArgs) -> tuple[KubeObject, PodRequest]:
-        pod = self._pod_sink(args.pod) if self._pod_sink is not None else args.pod
-        return pod, pod_request_from_k8s(pod)
+    def _request(self, args: ExtenderArgs, *, sink: bool = False) -> PodRequest:
+        """`sink`: only /filter creates the pod in --simulate; kube-scheduler always filters a pod
+        before it prioritizes or binds it, and the copy costs as much as a warm evaluation."""
+        pod = self._pod_sink(args.pod) if sink and self._pod_sink is not None else args.pod
+        return pod_request_from_k8s(pod)
 
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         names = args.candidate_names()
         try:
-            _, request = self._request(args)
+            request = self._request(args, sink=True)
         except InvalidRequest as exc:
             return self._result(args, [], {}, {n: _message(str(exc)) for n in names})
         if not request.gpu_containers:
@@ -67,11 +69,16 @@ class Extender:
         with self._state.lock:
             self._state.observe_once(request)
             held = self._state.held_node(request.uid)
-            evaluations = self._state.evaluations(request, [n for n in names if n != held])
+            evaluations = self._state.evaluations(request, names if held is None else [n for n in names if n != held])
+        # Identity tests first: this loop runs once per candidate node (1000s), and hashing an
+        # enum member for a dict or set look-up is a Python-level call.
+        gpu, gpu_message = FitFailure.GPU, _MESSAGES[FitFailure.GPU]
         for name in names:
             result = evaluations.get(name)
             if result is None or isinstance(result, Evaluation):
                 feasible.append(name)  # None: its own reservation (rebuilt after a restart)
+            elif result is gpu:
+                failed[name] = gpu_message
             elif result is FitFailure.UNKNOWN_NODE:
                 unresolvable[name] = _NOT_SHARED_MESSAGE
             elif result in _UNRESOLVABLE:
@@ -91,14 +98,14 @@ class Extender:
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         names = args.candidate_names()
         try:
-            _, request = self._request(args)
+            request = self._request(args)
         except InvalidRequest:
             return [HostPriority(n, 0) for n in names]
         if not request.gpu_containers:
             return [HostPriority(n, 0) for n in names]
         with self._state.lock:
             held = self._state.held_node(request.uid)
-            evaluations = self._state.evaluations(request, [n for n in names if n != held])
+            evaluations = self._state.evaluations(request, names if held is None else [n for n in names if n != held])
         scores = _scale(evaluations)
         if held is not None and held in names:
             # the pod already holds GPUs there (rebuilt reservation): going back re-uses them
@@ -110,7 +117,7 @@ class Extender:
         """Keep the nodes where evicting kube-scheduler's victims frees the right GPU(s): its
         own accounting sums gpu-core over the node, which says nothing about single GPUs."""
         try:
-            _, request = self._request(ExtenderArgs(args.pod))
+            request = self._request(ExtenderArgs(args.pod))
         except InvalidRequest:
             return ExtenderPreemptionResult({}, {})
         if not request.gpu_containers:

@@ -3,9 +3,9 @@
 kube-scheduler asks about every candidate node for every pod, but between two pods of the same
 shape only the nodes touched by binds, releases or inventory updates can answer differently.
 A view keeps one shape's answers and a position in the log of touched nodes; a request
-re-evaluates just the nodes logged since, so a cycle over 1213 nodes is dict look-ups plus a
-handful of real evaluations. A new workload-mix epoch (fragmentation scores moved) drops the
-view. Not thread-safe: the state lock guards it.
+re-evaluates just the nodes logged since (in one `Cluster.evaluate_many` batch), so a cycle over
+1213 nodes is dict look-ups plus a handful of real evaluations. A new workload-mix epoch
+(fragmentation scores moved) drops the view. Not thread-safe: the state lock guards it.
 
 (Refreshing stale views ahead of time in a background thread was tried and measured worse on the
 2-core development VM: it competes with the request threads for the lock and the GIL.)
@@ -44,8 +44,10 @@ class EvaluationViews:
             self._views.clear()
 
     def evaluations(
-        self, request: PodRequest, names: Iterable[str], epoch: int, evaluate: Callable[[PodRequest, str], Result]
+        self, request: PodRequest, names: Iterable[str], epoch: int, evaluate: Callable[[PodRequest, list[str]], dict[str, Result]]
     ) -> dict[str, Result]:
+        """The answer for every name; `evaluate` gets the names without a current answer, in one
+        call, so its per-pod work is done once per request."""
         key = request.shape
         view = self._views.get(key)
         if view is None or view.epoch != epoch:
@@ -59,10 +61,8 @@ class EvaluationViews:
             view.seen = len(self._log)
         self._views.move_to_end(key)
         results = view.results
-        out: dict[str, Result] = {}
-        for name in names:
-            result = results.get(name)
-            if result is None:
-                result = results[name] = evaluate(request, name)
-            out[name] = result
-        return out
+        names = names if isinstance(names, list) else list(names)
+        missing = [name for name in names if name not in results]
+        if missing:
+            results.update(evaluate(request, missing))
+        return {name: results[name] for name in names}

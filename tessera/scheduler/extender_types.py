@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tessera.kube.api import KubeObject
 
@@ -137,9 +137,9 @@ class ExtenderFilterResult:
         )
 
 
-@dataclass(frozen=True)
-class HostPriority:
-    """One entry of /prioritize's reply (a JSON list of these)."""
+class HostPriority(NamedTuple):
+    """One entry of /prioritize's reply (a JSON list of these). A named tuple, not a frozen
+    dataclass: a reply has one per feasible node and this is ~5x cheaper to build."""
 
     host: str
     score: int

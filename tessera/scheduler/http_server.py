@@ -81,6 +81,7 @@ def _make_handler(core: ExtenderCore, metrics: ExtenderMetrics, settings: Server
         # headers and body go out in two writes; with Nagle on, the body waits for the client's
         # delayed ACK (~40 ms per reply on Linux)
         disable_nagle_algorithm = True
+        _headers_buffer: list[bytes]  # BaseHTTPRequestHandler's: send_response/send_header fill it
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             log.debug("%s " + format, self.address_string(), *args)
@@ -89,7 +90,13 @@ def _make_handler(core: ExtenderCore, metrics: ExtenderMetrics, settings: Server
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
+            # Headers and body in one write (end_headers() would send the headers alone): one
+            # syscall per reply, and one release of the GIL instead of two, each of which can
+            # cost a wait of up to the switch interval behind the sync threads.
+            if self.request_version != "HTTP/0.9":  # as end_headers(): 0.9 replies have no headers
+                self._headers_buffer.append(b"\r\n")
+                body = b"".join(self._headers_buffer) + body
+                self._headers_buffer = []
             self.wfile.write(body)
 
         def _send_json(self, status: HTTPStatus, payload: Any) -> None:

@@ -8,7 +8,6 @@ pod manifests with `trace_pod_manifest` (used by the benchmark and tests).
 """
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections.abc import Iterable
@@ -88,10 +87,9 @@ def ensure_pod(api: FakeKubeApi, pod: KubeObject) -> KubeObject:
     try:
         return api.get_pod(namespace, name)
     except NotFound:
-        body = copy.deepcopy(pod)
-        body["metadata"]["namespace"] = namespace
-        body.setdefault("spec", {}).pop("nodeName", None)
-        body["status"] = {"phase": "Pending"}
+        # create_pod stores a deep copy; only the levels changed here are copied for it
+        spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+        body = {**pod, "metadata": {**meta, "namespace": namespace}, "spec": spec, "status": {"phase": "Pending"}}
         try:
             return api.create_pod(body)
         except Conflict:  # created concurrently by another request for the same pod

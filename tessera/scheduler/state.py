@@ -277,7 +277,7 @@ class SchedulerState:
     def evaluations(self, request: PodRequest, names: Iterable[str]) -> dict[str, Evaluation | FitFailure]:
         """The production policy's answer for every node in `names` (caller holds the lock)."""
         self.refresh_pools()
-        return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate)
+        return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate_many)
 
     def fits_after_evicting(self, request: PodRequest, node: str, victims: Iterable[str]) -> bool:
         """Whether `request` fits on `node` once `victims` (pod UIDs) are gone. The victims are

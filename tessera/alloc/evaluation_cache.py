@@ -1,0 +1,134 @@
+"""Memoised policy evaluations, so a scheduling cycle over 1213 nodes is mostly look-ups.
+
+Three shortcuts, cheapest first, each giving exactly what the policy would:
+
+1. certain rejection: a node summary (`assign.Capacity`, once per node version) against the
+   pod's `assign.Demand` (once per pod) proves most misfits (not enough CPU, no idle GPU for a
+   whole-GPU pod, no GPU with the share free) without building slots or scoring; only for
+   policies whose fit rules are `host_fit` + `assign` (`Policy.standard_fit`);
+2. per node: the last result for (policy, pod shape), valid while the node's `version` and the
+   policy's `epoch` are unchanged;
+3. per node state: nodes in the same state (GPU indices included) get the same evaluation, so
+   idle nodes of one type are scored once per shape and epoch, not once per node. A state is
+   interned to an int once per node version: hashing the full state tuple for every (node,
+   shape) look-up cost more than the look-up.
+
+Not thread-safe: callers serialise (the extender's state lock).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from tessera.alloc.assign import Capacity, Demand, capacity_of
+from tessera.alloc.model import FitFailure, NodeState, PodRequest
+from tessera.alloc.policy import Evaluation, Policy
+
+Result = Evaluation | FitFailure
+_CacheEntry = tuple[int, int, Result]  # (node version, policy epoch, result)
+_STATE_CACHE_LIMIT = 200_000  # entries of the by-state cache (and of interned states) before a reset
+_PER_NODE_LIMIT = 4096  # shapes remembered per node; pod shapes are unbounded over a cluster's life
+
+
+class _NodeInfo:
+    """What is derived from one version of a node."""
+
+    __slots__ = ("version", "capacity", "state")
+
+    def __init__(self, version: int, capacity: Capacity) -> None:
+        self.version = version
+        self.capacity = capacity
+        self.state = -1  # interned state id; -1 until a policy evaluation needs it
+
+
+class EvaluationCache:
+    def __init__(self) -> None:
+        self._per_node: dict[str, dict[tuple[object, ...], _CacheEntry]] = {}
+        self._by_state: dict[tuple[object, ...], tuple[int, Result]] = {}
+        self._info: dict[str, _NodeInfo] = {}
+        self._state_ids: dict[tuple[object, ...], int] = {}
+        # ids are never reused, so an id still held by a node or a by-state key always means
+        # the state it was given for, even after `_state_ids` was reset
+        self._next_state = 0
+
+    def forget(self, name: str) -> None:
+        """The node was replaced or removed: its per-node results must not be served again."""
+        self._per_node.pop(name, None)
+        self._info.pop(name, None)
+
+    def clear(self) -> None:
+        self._per_node.clear()
+        self._by_state.clear()
+        self._info.clear()
+        self._state_ids.clear()
+
+    def evaluate(self, impl: Policy, node: NodeState, pod: PodRequest) -> Result:
+        if not impl.cacheable:
+            return impl.evaluate(node, pod)
+        demand = Demand.of(pod) if impl.standard_fit else None
+        return self._evaluate(impl, node, pod, (impl.name, pod.shape), impl.epoch, demand)
+
+    def evaluate_many(self, impl: Policy, nodes: Mapping[str, NodeState], pod: PodRequest, names: Iterable[str]) -> dict[str, Result]:
+        """`evaluate` for each name (UNKNOWN_NODE where `nodes` lacks it), with the per-pod work
+        done once."""
+        out: dict[str, Result] = {}
+        unknown = FitFailure.UNKNOWN_NODE
+        if not impl.cacheable:
+            for name in names:
+                node = nodes.get(name)
+                out[name] = unknown if node is None else impl.evaluate(node, pod)
+            return out
+        key = (impl.name, pod.shape)
+        epoch = impl.epoch
+        demand = Demand.of(pod) if impl.standard_fit else None
+        evaluate = self._evaluate
+        for name in names:
+            node = nodes.get(name)
+            out[name] = unknown if node is None else evaluate(impl, node, pod, key, epoch, demand)
+        return out
+
+    def _evaluate(
+        self, impl: Policy, node: NodeState, pod: PodRequest, key: tuple[object, ...], epoch: int, demand: Demand | None
+    ) -> Result:
+        """`demand`: the pod's, when the policy's fit rules are `host_fit` + `assign`."""
+        info = self._info.get(node.name)
+        if info is None or info.version != node.version:
+            info = self._info[node.name] = _NodeInfo(node.version, capacity_of(node))
+        if demand is not None:
+            failure = demand.reject(info.capacity)
+            if failure is not None:
+                return failure  # not stored: recomputing it is as cheap as a look-up
+        per_node = self._per_node.get(node.name)
+        if per_node is None:
+            per_node = self._per_node[node.name] = {}
+        hit = per_node.get(key)
+        if hit is not None and hit[0] == node.version and hit[1] == epoch:
+            return hit[2]
+        if info.state < 0:
+            info.state = self._intern(node)
+        shared_key = (key, info.state)
+        shared = self._by_state.get(shared_key)
+        if shared is not None and shared[0] == epoch:
+            result = shared[1]
+        else:
+            result = impl.evaluate(node, pod)
+            if len(self._by_state) >= _STATE_CACHE_LIMIT:
+                self._by_state.clear()
+            self._by_state[shared_key] = (epoch, result)
+        if len(per_node) >= _PER_NODE_LIMIT:
+            per_node.clear()
+        per_node[key] = (node.version, epoch, result)
+        return result
+
+    def _intern(self, node: NodeState) -> int:
+        """An id for everything a policy may look at, except the node's name."""
+        state = (
+            tuple((g.index, g.model, g.memory_mib, g.healthy, g.used_milli, g.used_memory_mib, g.offline_milli, g.shares) for g in node.gpus),
+            node.cpu_milli, node.memory_mib, node.used_cpu_milli, node.used_memory_mib, node.gpu_placement, node.max_shares_per_gpu,
+        )
+        found = self._state_ids.get(state)
+        if found is None:
+            if len(self._state_ids) >= _STATE_CACHE_LIMIT:
+                self._state_ids.clear()
+            found = self._state_ids[state] = self._next_state
+            self._next_state += 1
+        return found
