@@ -43,7 +43,9 @@ def _whole(value: Decimal, what: str) -> int:
     return int(value)
 
 
-def _resources(container: Mapping[str, Any]) -> dict[str, Any]:
+def container_resources(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's requests overlaid with its limits (for extended resources the API server
+    requires both to be equal when both are set, and either alone means the same)."""
     res = container.get("resources") or {}
     merged = dict(res.get("requests") or {})
     merged.update(res.get("limits") or {})
@@ -62,7 +64,7 @@ def pod_request_from_k8s(pod: Mapping[str, Any]) -> PodRequest:
     memory = Decimal(0)
     for c in spec.get("containers") or []:
         name = str(c.get("name", ""))
-        res = _resources(c)
+        res = container_resources(c)
         cpu += parse_quantity(res.get("cpu", 0))
         memory += parse_quantity(res.get("memory", 0))
         core = _whole(parse_quantity(res.get(GPU_CORE, 0)), f"container {name!r}: {GPU_CORE}")

@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from tessera.alloc import MILLI_PER_CORE, InvalidRequest, NodeState, PodRequest, node_state_from_k8s, parse_quantity, pod_request_from_k8s
+from tessera.alloc.kube_objects import container_resources
 from tessera.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_APP_CLASS,
@@ -87,17 +88,9 @@ def node_status(node: Mapping[str, Any]) -> str:
     return text
 
 
-def _container_resources(container: Mapping[str, Any]) -> dict[str, Any]:
-    """Requests overlaid with limits (for extended resources both must be equal when both are set)."""
-    res = container.get("resources") or {}
-    merged = dict(res.get("requests") or {})
-    merged.update(res.get("limits") or {})
-    return merged
-
-
 def _asks_tessera(pod: Mapping[str, Any]) -> bool:
     containers = (pod.get("spec") or {}).get("containers") or []
-    return any(key in _container_resources(c) for c in containers for key in (GPU_CORE, GPU_MEMORY))
+    return any(key in container_resources(c) for c in containers for key in (GPU_CORE, GPU_MEMORY))
 
 
 def nvidia_requests(pod: Mapping[str, Any]) -> dict[str, int]:
@@ -105,11 +98,11 @@ def nvidia_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     spec = pod.get("spec") or {}
     total: dict[str, Decimal] = {}
     for c in spec.get("containers") or []:
-        for key, value in _container_resources(c).items():
+        for key, value in container_resources(c).items():
             if str(key).startswith(NVIDIA_RESOURCE_PREFIX):
                 total[key] = total.get(key, Decimal(0)) + _quantity(value)
     for c in spec.get("initContainers") or []:
-        for key, value in _container_resources(c).items():
+        for key, value in container_resources(c).items():
             if str(key).startswith(NVIDIA_RESOURCE_PREFIX):
                 total[key] = max(total.get(key, Decimal(0)), _quantity(value))
     return {k: int(v) for k, v in total.items() if v > 0}
