@@ -18,6 +18,7 @@ Tessera's fragmentation-aware policy differs where it measurably helps (docs/sch
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Sequence
 
@@ -53,7 +54,7 @@ class _NodeVector:
         self.before = 0.0  # the node's fragmentation as it is
 
 
-class _FragPolicyBase:
+class _FragPolicyBase(ABC):
     name: PlacementPolicy
     cacheable = True
     standard_fit = True
@@ -98,8 +99,9 @@ class _FragPolicyBase:
             result = results[key] = self._score(node, pod)
         return result
 
+    @abstractmethod
     def _score(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
-        raise NotImplementedError
+        """The policy's own evaluation of `pod` on `node` (FGD or fragmentation-aware)."""
 
     def _vector(self, node: NodeState) -> _NodeVector:
         """The node's healthy GPUs as the simple path reads them, cached by version."""

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,20 +45,24 @@ def new_container_id() -> str:
     return uuid.uuid4().hex + uuid.uuid4().hex  # 64 hex characters, like containerd's
 
 
-class Cgroups:
-    """Container cgroups for worker processes; `kind` says how freezing happens."""
+class Cgroups(ABC):
+    """Container cgroups for worker processes; `kind` says how freezing happens. Two kinds:
+    the kernel's freezer (`KernelCgroups`) and SIGSTOP/SIGCONT behind a fake tree (`EmulatedCgroups`)."""
 
     kind = ""
     locator: CgroupLocator
 
+    @abstractmethod
     def add_container(self, pod_uid: str, container_id: str, pid: int) -> Path:
-        raise NotImplementedError
+        """Put `pid` in a pod/container cgroup the agent's locator will attribute to `pod_uid`."""
 
+    @abstractmethod
     def thaw_all(self) -> None:
         """Let every member run (before killing: a task frozen by the v1 freezer ignores SIGKILL)."""
 
+    @abstractmethod
     def close(self) -> None:
-        pass
+        """Thaw and remove what `add_container` made."""
 
 
 class KernelCgroups(Cgroups):
