@@ -4,7 +4,8 @@ The node DaemonSet mounts the `tessera-pools` ConfigMap into both containers. Th
 from it whether a GPU runs an MPS daemon; the plugin must decide the same thing for the
 containers it starts (MPS pipe mount, TESSERA_SHARING_POLICY), or a policy edit on an existing
 cluster leaves the agent running MPS for containers that were never given the pipe directory.
-Both therefore use `tessera_node.agent.pools.pool_policy_for_node`: the file wins over labels.
+Both therefore derive it with `tessera_node.agent.pools.pool_policy_for_node` (the plugin in
+`DevicePlugin._apply_policy`, from `pools()`): the file wins over labels.
 
 kubelet refreshes a mounted ConfigMap by swapping a symlink, so the target's stat (followed
 through the link) changes on every edit; the plugin polls it with the node (every second) and
@@ -19,8 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tessera_node.agent.pools import pool_policy_for_node, read_pools_file
-from tessera_node.agent.registry import PoolPolicy
+from tessera_node.agent.pools import read_pools_file
 
 _StatKey = tuple[int, int, int]  # (mtime ns, size, inode)
 _RACY_S = 2.0  # modified this recently: do not trust the stat key alone
@@ -63,7 +63,3 @@ class PoolsFile:
             self._seen = key
             self.reloads += 1
         return self._pools
-
-    def policy_for(self, labels: Mapping[str, str]) -> PoolPolicy:
-        """This node's pool policy: its pool's entry in the file, else its policy labels."""
-        return pool_policy_for_node(labels, self.pools(), PoolPolicy())

@@ -158,9 +158,9 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
             for req in request.container_requests:
                 responses.append(self._answer(inventory, req.devices_ids, settings))
         except TokenError as exc:
-            self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
+        finally:
+            self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
         return dp.AllocateResponse(container_responses=responses)
 
     def _answer(self, inventory: Inventory, tokens: Sequence[str], settings: AllocateSettings) -> dp.ContainerAllocateResponse:
