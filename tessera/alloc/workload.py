@@ -87,7 +87,9 @@ class MixSettings:
     """Default 4096 pods between snapshot checks once the estimate has settled."""
     min_weight: float = 0.002
     """Default 0.2 %: shapes rarer than this are dropped from snapshots (FGD keeps the popular
-    shapes too); it bounds the cost of the fragmentation measure."""
+    shapes too); it bounds the cost of the fragmentation measure. A multi-GPU shape counts its
+    GPUs (an 8-GPU shape is kept from 0.025 % of the pods): a rare 8-GPU pod is a large demand,
+    and the nodes able to host it are what reservations keep."""
 
 
 # Before any pod has been seen, assume whole single-GPU pods: idle compute that is not a whole
@@ -136,7 +138,7 @@ class WorkloadMix:
         if self._seen < self._next_check:
             return self._snapshot
         self._next_check = self._seen + min(self.settings.max_interval, (self.settings.snapshot_growth - 1) * self._seen)
-        now = {k: w for k, w in self.current().items() if w >= self.settings.min_weight}
+        now = {k: w for k, w in self.current().items() if w * max(k[0], 1) >= self.settings.min_weight}
         if not now:
             return self._snapshot
         old = {(s.gpu_count, s.gpu_milli, s.gpu_memory_mib, s.cpu_milli, s.memory_mib, s.gpu_models): s.weight for s in self._snapshot.shapes}
