@@ -44,7 +44,9 @@ class ExtenderMetrics:
         self.pods = Gauge("tessera_extender_pods", "Pods holding GPU capacity in the cache", registry=self.registry)
         self.gpus = Gauge("tessera_extender_gpus", "GPUs in the cache", registry=self.registry)
         self.mix_epoch = Gauge(
-            "tessera_extender_mix_epoch", "Workload-mix snapshots taken so far (each one re-scores every node)", registry=self.registry
+            "tessera_extender_mix_epoch",
+            "Policy epochs so far: workload-mix snapshots, reservations switching, GPU models changing (each re-scores every node)",
+            registry=self.registry,
         )
         self.allocated_gpu = Gauge(
             "tessera_extender_allocated_gpu", "GPU compute allocated, in GPUs (1.0 = one whole GPU)", registry=self.registry
