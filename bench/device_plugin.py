@@ -28,6 +28,7 @@ import os
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -36,7 +37,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import GPU_CORE, LABEL_POOL_KIND, LABEL_SHARING_POLICY
+from tessera.model.contract import GPU_CORE, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.registry import ContainerRegistry
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
@@ -45,8 +46,10 @@ from tessera_node.deviceplugin.publish import NodeReport, publish
 from tessera_node.deviceplugin.server import list_and_watch_response
 from tessera_node.gpu.simulated import SimulatedBackend
 from tessera_node.gpu.spec import KNOWN_MODELS_MIB
-from tessera_node.testing.binder import ExtenderStandIn
 from tessera_node.testing.kubelet_emulator import KubeletEmulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the control plane stand-in the tests use
+from extender_stand_in import ExtenderStandIn  # noqa: E402
 
 NODE = "h200-node"
 SPEC = "H200-141GB:8"

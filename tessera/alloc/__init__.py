@@ -28,6 +28,8 @@ Public API (used by the scheduler extender `tessera.scheduler` and the simulator
   `dotprod`, `random`. GPU-level binpack/spread inside a node follows the node label
   `tessera.dev/gpu-placement` when set. Online pods avoid GPUs with offline work; offline pods
   pack onto GPUs that already hold offline work.
+
+May import `tessera.model` only (stdlib otherwise): the extender, the simulator and the tests share it.
 """
 from tessera.alloc.cluster import Cluster, Usage
 from tessera.alloc.scores import extender_scores

@@ -42,7 +42,7 @@ from tessera.alloc.policy import (
 )
 from tessera.alloc.ranking import BestNodeIndex
 from tessera.alloc.workload import MixSnapshot, WorkloadMix
-from tessera.contract import Allocation, GpuShare
+from tessera.model.contract import Allocation, GpuShare
 
 
 @dataclass(frozen=True)
@@ -332,7 +332,7 @@ class Cluster:
                     used += g.used_milli
         return Usage(cap, used, gpus)
 
-    # --- allocation records (tessera.contract) --------------------------------------------------
+    # --- allocation records (tessera.model.contract) --------------------------------------------------
     def to_allocation(self, placement: Placement, assumed_at: str) -> Allocation:
         node = self.nodes[placement.node]
         by_index = {g.index: g for g in node.gpus}

@@ -11,7 +11,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tessera.alloc.model import ContainerRequest, GpuState, InvalidRequest, NodeState, PodRequest, PodUid
-from tessera.contract import ANNOTATION_APP_CLASS, ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, AppClass, NodeGpu
+from tessera.model.contract import ANNOTATION_APP_CLASS, ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, AppClass, NodeGpu
 
 ANNOTATION_GPU_MODELS = "tessera.dev/gpu-models"  # optional pod annotation: "A10,T4" restricts models
 

@@ -6,8 +6,8 @@ import json
 import sys
 from typing import Any
 
-from components.config import ConfigError, load_stack_file
-from components.config.plan import PoolPlan, Range, StackPlan, plan_stack
+from tessera.model import ConfigError, load_stack_file
+from tessera.model.plan import PoolPlan, Range, StackPlan, plan_stack
 from tessera.cli.validate import EXIT_INVALID, problem_lines
 
 

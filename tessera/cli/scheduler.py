@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import ENV_POOLS_FILE, EXTENDER_PORT
+from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_PORT
 
 
 def register(sub: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from tessera.alloc import MILLI_PER_CORE, InvalidRequest, NodeState, PodRequest, node_state_from_k8s, parse_quantity, pod_request_from_k8s
 from tessera.alloc.kube_objects import container_resources
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_APP_CLASS,
     ANNOTATION_NODE_GPUS,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from components.tke.labels_taints import AnyPool, _build_pool_labels, _build_pool_taints
+from tessera.model.labels_taints import AnyPool, pool_labels, pool_taints
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 
 def _selector(pool: AnyPool) -> str:
@@ -24,9 +24,9 @@ def _selector(pool: AnyPool) -> str:
 def pool_commands(pool: AnyPool) -> list[str]:
     """kubectl commands that label and taint every node the pool's selector matches (idempotent)."""
     selector = shlex.quote(_selector(pool))
-    labels = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(_build_pool_labels(pool).items()))
+    labels = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(pool_labels(pool).items()))
     commands = [f"kubectl label nodes -l {selector} --overwrite {labels}"]
-    for taint in _build_pool_taints(pool):
+    for taint in pool_taints(pool):
         commands.append(f"kubectl taint nodes -l {selector} --overwrite {shlex.quote(f'{taint.key}={taint.value}:{taint.effect}')}")
     return commands
 

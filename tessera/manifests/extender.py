@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
+from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,

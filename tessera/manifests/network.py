@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera.contract import EXTENDER_PORT
+from tessera.model.contract import EXTENDER_PORT
 from tessera.manifests import extender, node, scheduler, webhook
 from tessera.manifests.objects import KubeObject, metadata, obj, selector_labels
 from tessera.manifests.settings import PlatformSettings

@@ -29,7 +29,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera.contract import LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
+from tessera.model.contract import LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import yaml
 
-from components.config.stack import StackConfig
-from tessera.contract import TAINT_GPU
+from tessera.model.stack import StackConfig
+from tessera.model.contract import TAINT_GPU
 from tessera.manifests.nvidia_layouts import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     MIG_DISABLED_CONFIG,

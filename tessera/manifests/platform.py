@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tessera.contract import (
+from tessera.model.contract import (
     PRIORITY_CLASS_CRITICAL,
     PRIORITY_CLASS_OFFLINE,
     PRIORITY_CLASS_ONLINE,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 RELEASE_NAME: Final = "prometheus-adapter"
 CHART: Final = "prometheus-adapter"

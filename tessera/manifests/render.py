@@ -20,7 +20,7 @@ from tessera.manifests.prometheus_adapter import RELEASE_NAME as PROMETHEUS_ADAP
 from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, helm_releases
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 GPU_OPERATOR_DIR: Final = "gpu-operator"
 PROMETHEUS_ADAPTER_DIR: Final = PROMETHEUS_ADAPTER_RELEASE

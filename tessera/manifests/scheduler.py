@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import yaml
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, PRIORITY_CLASS_CRITICAL, SCHEDULER_NAME
+from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, PRIORITY_CLASS_CRITICAL, SCHEDULER_NAME
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,

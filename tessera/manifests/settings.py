@@ -2,17 +2,17 @@
 
 The builders in this package take these settings, not the pydantic stack model, so that they stay
 pure and testable with literal values; `platform_settings()` is the one adapter from
-`components.config.StackConfig` to them.
+`tessera.model.StackConfig` to them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tessera.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
+from tessera.model.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
 
 if TYPE_CHECKING:  # the adapter is the only place that knows the config model
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 
 @dataclass(frozen=True)

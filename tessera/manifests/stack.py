@@ -3,7 +3,7 @@
 `build_stack(config)` is pure: the same config gives the same objects in the same order, so
 `tessera render` is byte-stable and Pulumi previews show only real changes. `COMPONENT_ORDER` is
 the apply order of the rendered files; Pulumi applies the same groups with explicit dependencies
-(`components.platform`).
+(`tessera_pulumi.platform`).
 The Helm charts (gpu-operator, prometheus-adapter) are not lists of objects: `helm_releases(config)`
 describes them, Pulumi installs each with helm v4 `Chart`, `tessera render` writes each one's
 values file and release description into a directory named after the release.
@@ -18,7 +18,7 @@ from tessera.manifests.objects import KubeObject, sorted_objects
 from tessera.manifests.settings import PlatformSettings, platform_settings
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 # Apply order. "platform" (namespace, priority classes, pools ConfigMap, quotas) comes first;
 # "monitoring" last because its ServiceMonitors need prometheus-operator's CRDs.

@@ -15,7 +15,7 @@ namespace opt-in, so it needs no permission to read Namespaces.
 The certificate is made in the cluster (`tessera.webhook.tls`): the Secret is rendered empty so the
 webhook's Role can pin `get`/`update`/`patch` to its name; the webhook fills it and sets the
 `caBundle` below. Pulumi declares those two objects as typed resources that ignore changes to
-`caBundle` and the Secret's `data` (components/platform/webhook.py), so neither is ever rendered here.
+`caBundle` and the Secret's `data` (components/tessera_pulumi/platform/webhook.py), so neither is ever rendered here.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ import hashlib
 import json
 from typing import Any, Final
 
-from components.config.pools import SharedPool
-from components.config.stack import StackConfig
-from tessera.contract import LABEL_NAMESPACE_QGPU_ALIASES, PRIORITY_CLASS_CRITICAL, QGPU_CORE, QGPU_MEMORY
+from tessera.model.pools import SharedPool
+from tessera.model.stack import StackConfig
+from tessera.model.contract import LABEL_NAMESPACE_QGPU_ALIASES, PRIORITY_CLASS_CRITICAL, QGPU_CORE, QGPU_MEMORY
 from tessera.manifests.kube_version import has_match_conditions
 from tessera.manifests.objects import (
     KubeObject,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.alloc import FitFailure, InvalidRequest, PodRequest, pod_request_from_k8s
-from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, ANNOTATION_GPU_INDEX_PREFIX, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, ANNOTATION_GPU_INDEX_PREFIX, Allocation
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, KubeObject, NotFound
-from tessera.scheduler.allocation_record import configmap_body, configmap_data, configmap_name, uses_mps
+from tessera.model.allocation_record import configmap_body, configmap_data, configmap_name, uses_mps
 from tessera.scheduler.extender_types import ExtenderBindingArgs, ExtenderBindingResult
 from tessera.scheduler.metrics import BindOutcome, ExtenderMetrics
 from tessera.scheduler.state import Expired, SchedulerState

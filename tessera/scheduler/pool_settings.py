@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tessera.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL, LABEL_SHARING_POLICY
+from tessera.model.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL, LABEL_SHARING_POLICY
 
 # pools-file key (tessera/manifests/settings.SharedPool.to_json) -> the node label it stands for
 POOL_SETTING_LABELS: Final[Mapping[str, str]] = {

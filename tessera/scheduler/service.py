@@ -21,7 +21,7 @@ class ExtenderConfig:
     """Everything `tessera scheduler serve` can set; each part documents its defaults.
 
     policy: node-level placement policy; default fragmentation-aware (Tessera's best packing).
-    pools_file: the mounted pools document (`tessera.contract.POOLS_FILE`); default None = pool
+    pools_file: the mounted pools document (`tessera.model.contract.POOLS_FILE`); default None = pool
         settings from node labels only. In a cluster the CLI passes the mounted file so a
         placement, policy or sharesPerGpu edit applies without relabelling nodes.
     """

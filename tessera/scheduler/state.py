@@ -24,9 +24,9 @@ from enum import Enum
 from tessera.alloc import Cluster, Evaluation, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
 from tessera.alloc import node_state_from_k8s, pod_request_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
-from tessera.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND, Allocation
 from tessera.kube.api import KubeObject
-from tessera.pools_file import PoolsFileWatch
+from tessera.model.pools_file import PoolsFileWatch
 from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
 from tessera.scheduler.pool_settings import PoolSettings

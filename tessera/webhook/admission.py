@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera import contract
+from tessera.model import contract
 from tessera.webhook.quantity import QuantityError, parse_whole_quantity
 from tessera.webhook.settings import WebhookSettings
 
@@ -34,7 +34,7 @@ TESSERA_PREFIX: Final = "tessera.dev/"
 MIB_PER_GIB: Final = 1024
 ALLOCATION_CONFIGMAP_PREFIX: Final = "tessera-alloc-"
 SHARED_POOL_KIND: Final = "shared"  # the value of the TAINT_GPU taint on pools that offer tessera.dev/*
-# Every shared node carries TAINT_GPU=shared:NoSchedule (components/tke/labels_taints.py), and
+# Every shared node carries TAINT_GPU=shared:NoSchedule (tessera/model/labels_taints.py), and
 # tessera.dev/* resources exist only on shared nodes, so every pod the webhook routes needs this.
 SHARED_GPU_TOLERATION: Final[Mapping[str, str]] = MappingProxyType(
     {"key": contract.TAINT_GPU, "operator": "Equal", "value": SHARED_POOL_KIND, "effect": "NoSchedule"}

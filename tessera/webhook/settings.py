@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tessera import contract
+from tessera.model import contract
 
 DEFAULT_PORT = 8443
 WEBHOOK_PATH = "/mutate"

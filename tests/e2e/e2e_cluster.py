@@ -35,9 +35,9 @@ from e2e_parts import EXTENDED, KubeletPodStatus, ManualClock, PodRefused, Recor
 from e2e_stack import KubeObject, Rendered, node_labels, node_taints, runs_on, selects, tolerates
 from kube_scheduler_emulator import Attempt, ExtenderClient, KubeSchedulerEmulator
 
-from components.config.stack import StackConfig
+from tessera.model.stack import StackConfig
 from tessera.alloc import PlacementPolicy
-from tessera.contract import GPU_CORE, NVIDIA_GPU, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.model.contract import GPU_CORE, NVIDIA_GPU, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.kube.api import KubeApi
 from tessera.kube.fake import FakeKubeApi
 from tessera.scheduler.http_server import ServerSettings as ExtenderServerSettings
@@ -55,7 +55,7 @@ from tessera_node.agent.simscript import SimulatedKiller
 from tessera_node.deviceplugin.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
-from tessera_node.testing.binder import apply_json_patch
+from extender_stand_in import apply_json_patch
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
 
 FAST_PLUGIN = DevicePluginSettings(

@@ -11,9 +11,9 @@ import yaml
 from e2e_cluster import E2ECluster, job_pod, wait_until
 from e2e_stack import REPO, Rendered, runs_on, shared_pool, stack
 
-from components.config.loader import load_stack_file
+from tessera.model.loader import load_stack_file
 from tessera.cli.main import build_parser
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_NODE_GPUS,
     EXTENDER_PORT,

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 
-from tessera import contract
+from tessera.model import contract
 from tessera.repartition import PoolPlan, ScheduledLayout, layout_labels, plan_document
 
 PLAN = PoolPlan(

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from tessera.contract import ENV_POOLS_FILE
+from tessera.model.contract import ENV_POOLS_FILE
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.freezer import Freezer, LeaseBook, run_lease_guard, thaw_all

@@ -1,5 +1,5 @@
 """The pool policy of this node: the pools file (the `tessera-pools` ConfigMap mounted at
-`tessera.contract.POOLS_FILE`) entry named by the node's `tessera.dev/pool` label, else the
+`tessera.model.contract.POOLS_FILE`) entry named by the node's `tessera.dev/pool` label, else the
 policy labels on the node, else the agent's defaults.
 
 Why the file first: a policy edit in stack config changes only that ConfigMap (kubelet refreshes
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tessera.contract import LABEL_POOL
-from tessera.pools_file import read_pools_file as read_pools_file  # shared with the extender; re-exported here
+from tessera.model.contract import LABEL_POOL
+from tessera.model.pools_file import read_pools_file as read_pools_file  # shared with the extender; re-exported here
 from tessera_node.agent.registry import MemoryEnforcement, PoolPolicy, SharingPolicy, pool_policy_from_node_labels
 
 

@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, NewType
 
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_APP_CLASS,
     LABEL_MEMORY_ENFORCEMENT,
@@ -99,7 +99,7 @@ class PoolPolicy:
 
 
 # Node label carrying the pool's `offlineResumeIdleSeconds` (the other policy labels live in
-# tessera.contract); read by `pool_policy_from_node_labels`.
+# tessera.model.contract); read by `pool_policy_from_node_labels`.
 LABEL_OFFLINE_RESUME_IDLE_SECONDS = "tessera.dev/offline-resume-idle-seconds"
 
 

@@ -10,7 +10,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from tessera.contract import ENV_POOLS_FILE, LABEL_POOL
+from tessera.model.contract import ENV_POOLS_FILE, LABEL_POOL
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.registry import ContainerRegistry, RegistryCorrupt
 from tessera_node.deviceplugin.core import AllocateSettings

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import GPU_CORE, NodeGpu
+from tessera.model.contract import GPU_CORE, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
 from tessera_node.agent.pools import pool_policy_for_node
 from tessera_node.agent.registry import ContainerKey, ContainerName, ContainerRegistry, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from tessera.contract import GPU_CORE
+from tessera.model.contract import GPU_CORE
 from tessera_node.deviceplugin.api.podresources.v1 import api_pb2 as pr
 from tessera_node.deviceplugin.api.podresources.v1 import api_pb2_grpc as pr_grpc
 

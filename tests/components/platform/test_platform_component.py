@@ -11,10 +11,10 @@ import pulumi_kubernetes as k8s
 import pytest
 from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
 
-from components.config import StackConfig, load_stack_file
-from components.platform import TesseraPlatform
+from tessera.model import StackConfig, load_stack_file
+from tessera_pulumi.platform import TesseraPlatform
 from tessera.manifests.objects import object_id
-from tessera.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.model.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.manifests.stack import build_stack, gpu_operator_release, prometheus_adapter_release
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -224,7 +224,7 @@ def _objects_in(d: Declared, group: str) -> list[dict[str, Any]]:
 def test_each_pool_gets_what_its_kind_needs_under_pulumi(declared: tuple[StackConfig, Declared]) -> None:
     import json
 
-    from tessera.contract import device_plugin_config_name, mig_config_name
+    from tessera.model.contract import device_plugin_config_name, mig_config_name
     from tessera.manifests.nvidia import DEVICE_PLUGIN_CONFIGMAP, MIG_PARTED_CONFIGMAP
 
     config, d = declared

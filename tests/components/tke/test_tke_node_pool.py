@@ -6,11 +6,11 @@ from typing import Any
 import pytest
 import tencentcloud_iac_pulumi as tc
 
-import components.tke.node_pool as node_pool
-from components.config import ClusterConfig, MigPool, NvidiaPool, SharedPool
-from components.config.catalog import default_gpu_software, gpu_model
-from components.tke.labels_taints import TaintSpec
-from components.tke.node_pool import (
+import tessera_pulumi.tke.node_pool as node_pool
+from tessera.model import ClusterConfig, MigPool, NvidiaPool, SharedPool
+from tessera.model.catalog import default_gpu_software, gpu_model
+from tessera.model.labels_taints import TaintSpec
+from tessera_pulumi.tke.node_pool import (
     NodeNetworkSettings,
     PoolPlacement,
     _build_gpu_args,
@@ -18,7 +18,7 @@ from components.tke.node_pool import (
     _build_system_pool_args,
     _build_taint_args,
 )
-from tessera.contract import TAINT_GPU
+from tessera.model.contract import TAINT_GPU
 
 PLACEMENT = PoolPlacement(
     cluster_id="cls-1",

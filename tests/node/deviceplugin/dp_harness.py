@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import GPU_CORE, LABEL_POOL, LABEL_POOL_KIND, LABEL_SHARING_POLICY
+from tessera.model.contract import GPU_CORE, LABEL_POOL, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.registry import ContainerRegistry
 from tessera_node.deviceplugin.eviction import EvictionSettings
 from tessera_node.deviceplugin.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
-from tessera_node.testing.binder import ExtenderStandIn
+from extender_stand_in import ExtenderStandIn
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
 
 NODE = "gpu-node-1"

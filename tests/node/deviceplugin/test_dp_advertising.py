@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dp_harness import Harness, wait_until
 
-from tessera.contract import GPU_CORE, GPU_MEMORY
+from tessera.model.contract import GPU_CORE, GPU_MEMORY
 
 KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
 

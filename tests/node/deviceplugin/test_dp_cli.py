@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.contract import GPU_CORE
+from tessera.model.contract import GPU_CORE
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.testing.kubelet_emulator import KubeletEmulator
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tessera.contract import GPU_CORE
+from tessera.model.contract import GPU_CORE
 from tessera_node.deviceplugin.api.podresources.v1 import api_pb2 as pr
 from tessera_node.deviceplugin.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from tessera_node.deviceplugin.podresources import PodResourcesClient, PodResourcesError, TokenHolder

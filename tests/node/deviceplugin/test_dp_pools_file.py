@@ -20,7 +20,7 @@ import grpc
 import pytest
 from dp_harness import POOL, Harness
 
-from tessera.contract import GPU_CORE, MPS_ROOT
+from tessera.model.contract import GPU_CORE, MPS_ROOT
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc

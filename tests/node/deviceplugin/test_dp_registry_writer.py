@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.registry import ContainerName, ContainerRegistry, PodUid, RegisteredContainer
 from tessera_node.deviceplugin.plugin import RegistryWriter
 

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "inspect"))
 
 from inspect_fixtures import CLUSTER_DUMP, dump_api, shared_node  # noqa: E402
-from tessera_node.testing.binder import ExtenderStandIn  # noqa: E402
+from extender_stand_in import ExtenderStandIn  # noqa: E402
 
 from tessera.cli.main import main  # noqa: E402
 from tessera.kube.fake import FakeKubeApi  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from inspect_fixtures import as_list, gpu_pod, record, shared_node, whole_node
 
-from tessera.contract import NVIDIA_GPU
+from tessera.model.contract import NVIDIA_GPU
 from tessera.inspect import SourceError, connect_and_load, load_api, load_files
 from tessera.kube.api import KubeApiError
 from tessera.kube.fake import FakeKubeApi

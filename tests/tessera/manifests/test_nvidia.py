@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from nvidia_stack_helpers import configmap_yaml, find, pool, stack, validate_all
 
-from components.config import StackConfig
-from tessera import contract
+from tessera.model import StackConfig
+from tessera.model import contract
 from tessera.manifests.nvidia import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,

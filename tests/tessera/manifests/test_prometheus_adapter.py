@@ -6,7 +6,7 @@ import pytest
 import yaml
 from manifests_helpers import ROOT, build
 
-from components.config import StackConfig, load_stack_file
+from tessera.model import StackConfig, load_stack_file
 from tessera.manifests.prometheus_adapter import QUEUE_METRIC, prometheus_adapter_chart, queue_time_rule, split_prometheus_url
 from tessera.manifests.render import render_files
 from tessera.manifests.stack import helm_releases, prometheus_adapter_release

@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, SCHEDULER_NAME
+from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, SCHEDULER_NAME
 from tessera.manifests import scheduler
 
 from manifests_helpers import BuiltStack

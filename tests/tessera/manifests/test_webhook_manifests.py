@@ -8,8 +8,8 @@ import celpy
 import pytest
 from nvidia_stack_helpers import find, pool, stack, validate_all, validate_all_for
 
-from components.config import StackConfig
-from tessera import contract
+from tessera.model import StackConfig
+from tessera.model import contract
 from tessera.cli.main import build_parser
 from tessera.manifests.webhook import HOOK_NAME, NAME, QGPU_HOOK_NAME, TLS_SECRET, build_webhook_objects
 from tessera.webhook.settings import WebhookSettings

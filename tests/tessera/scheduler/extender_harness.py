@@ -14,7 +14,7 @@ from typing import Any
 from kube_scheduler_emulator import ExtenderClient, KubeSchedulerEmulator
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_GPU_PLACEMENT, LABEL_POOL_KIND, NodeGpu
+from tessera.model.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_GPU_PLACEMENT, LABEL_POOL_KIND, NodeGpu
 from tessera.kube.api import KubeObject
 from tessera.kube.fake import FakeKubeApi
 from tessera.scheduler.http_server import ServerSettings

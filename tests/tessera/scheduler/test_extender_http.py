@@ -9,7 +9,7 @@ from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_unt
 from kube_scheduler_emulator import ExtenderClient
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ALLOCATION_ENV_KEYS, ANNOTATION_ALLOCATION, ANNOTATION_GPU_INDEX_PREFIX, LABEL_SHARING_POLICY, Allocation
+from tessera.model.contract import ALLOCATION_ENV_KEYS, ANNOTATION_ALLOCATION, ANNOTATION_GPU_INDEX_PREFIX, LABEL_SHARING_POLICY, Allocation
 
 
 def _allocation(harness: Harness, name: str) -> Allocation:

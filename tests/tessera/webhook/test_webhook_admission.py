@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from webhook_helpers import SETTINGS, WebhookClient, container, pod, review_body, start_webhook
 
-from tessera import contract
+from tessera.model import contract
 from tessera.webhook.server import ServerSettings
 from tessera.webhook.tls import CertBundle
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from webhook_helpers import container, pod, review_body
 
-from tessera import contract
+from tessera.model import contract
 from tessera.webhook.tls import generate_bundle
 
 CLI = [sys.executable, "-m", "tessera.cli.main", "webhook", "serve"]

@@ -1,0 +1,90 @@
+"""An existing cluster (kind, minikube, Rancher/RKE, another cloud): no cloud resources, only a kubeconfig.
+
+The kubeconfig comes from exactly one of: a file path, an environment variable naming a file, or a
+Pulumi secret config key holding the kubeconfig text. A file path is handed to the Kubernetes
+provider as a path (the provider reads it), so no cluster credential is copied into the state.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+from dataclasses import dataclass
+
+import pulumi
+
+from tessera.model.cluster import ClusterConfig, KubeconfigSource
+from tessera.model.stack import StackConfig
+
+SecretLookup = Callable[[str], str | None]
+
+
+class KubeconfigError(Exception):
+    """The stack config points at a kubeconfig that is not there; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ResolvedKubeconfig:
+    """What the Kubernetes provider gets: kubeconfig text or a path to it, and the context to use."""
+
+    kubeconfig: str
+    context: str | None
+
+
+def _resolve_kubeconfig(source: KubeconfigSource | None, context: str | None, environ: Mapping[str, str], lookup_secret: SecretLookup) -> ResolvedKubeconfig:
+    """Pure resolution of the configured source (environment and secret lookup are passed in)."""
+    if source is None:
+        raise KubeconfigError("cluster.kubeconfig: provider existing needs a kubeconfig (path, env or secret)")
+    if source.path is not None:
+        return ResolvedKubeconfig(os.path.expanduser(source.path), context)
+    if source.env is not None:
+        path = environ.get(source.env)
+        if not path:
+            raise KubeconfigError(f"cluster.kubeconfig.env: environment variable {source.env} is not set; export it with the path of your kubeconfig")
+        return ResolvedKubeconfig(os.path.expanduser(path), context)
+    if source.secret is not None:
+        value = lookup_secret(source.secret)
+        if value is None:
+            raise KubeconfigError(
+                f"cluster.kubeconfig.secret: tessera:{source.secret} is not set; run "
+                f"pulumi config set --secret tessera:{source.secret} \"$(cat ~/.kube/config)\""
+            )
+        return ResolvedKubeconfig(value, context)
+    raise KubeconfigError("cluster.kubeconfig: set one of path, env or secret")
+
+
+def _config_lookup(values: Mapping[str, Any]) -> SecretLookup:
+    def lookup(key: str) -> str | None:
+        value = values.get(f"tessera:{key}")
+        return None if value is None else str(value)
+
+    return lookup
+
+
+class ExistingCluster(pulumi.ComponentResource):
+    """Stands for a cluster Tessera does not create; exposes its kubeconfig (secret) and context."""
+
+    cluster_id: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    context: str | None
+    node_pools: list[pulumi.Resource]
+    pool_names: list[str]
+
+    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
+                 environ: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None) -> None:
+        """`secrets`: the engine's config values (`__main__.py` reads them); a `secret` kubeconfig
+        source names the `tessera:<key>` entry there."""
+        cluster: ClusterConfig = config.cluster
+        try:  # resolve before registering anything, so a missing kubeconfig declares nothing
+            resolved = _resolve_kubeconfig(
+                cluster.kubeconfig, cluster.context, os.environ if environ is None else environ, _config_lookup(secrets or {})
+            )
+        except KubeconfigError as err:
+            raise pulumi.RunError(str(err)) from None
+        super().__init__("tessera:index:ExistingCluster", name, None, opts)
+        self.cluster_id = pulumi.Output.from_input(cluster.name)
+        self.kubeconfig = pulumi.Output.secret(resolved.kubeconfig)
+        self.context = resolved.context
+        self.node_pools = []
+        self.pool_names = [pool.name for pool in config.node_pools]
+        self.register_outputs({"clusterId": self.cluster_id, "kubeconfig": self.kubeconfig})

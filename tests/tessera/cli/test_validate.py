@@ -1,0 +1,93 @@
+"""`tessera validate` as a user runs it: exit codes, one line per problem, never a traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+STACKS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+
+GOOD_HEAD = """config:
+  tencentcloud:region: ap-guangzhou
+  tessera:cluster:
+    provider: tke
+    name: t
+    kubernetesVersion: "1.30.0"
+    vpcCidr: 10.0.0.0/16
+    subnets: [{zone: ap-guangzhou-3, cidr: 10.0.1.0/24}]
+"""
+
+
+def tessera(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tessera.cli.main", *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+
+
+def _file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_shipped_stacks_are_ok() -> None:
+    result = tessera("validate", *STACKS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [f"{s}: ok" for s in STACKS]
+
+
+BROKEN = [
+    (
+        "  tessera:nodePools:\n    - {name: a, kind: mig, instanceType: GT4.4XLARGE96, mig: {profile: {'3g.25gb': 1}}}\n",
+        "nodePools[0].mig.profile: '3g.25gb' is not a MIG profile of A100-40GB (valid: 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)",
+    ),
+    ("  tessera:nodePools:\n    - {name: a, kind: nvidia, instanceType: GN7.2XLARGE32, minSize: 3, maxSize: 1}\n", "nodePools[0].maxSize: must be at least minSize (3), got 1"),
+    ("  tessera:nodePools:\n    - {name: a, kind: shared, instanceType: GN7.2XLARGE32, sharing: {policy: strict}}\n", "nodePools[0].sharing.policy: 'strict' is not valid (valid: best-effort, fixed-share, burst-share)"),
+    ("  tessera:nodePools: []\n", "nodePools: must not be empty"),
+]
+
+
+def test_each_broken_rule_exits_2_with_a_path_line(tmp_path: Path) -> None:
+    files = [_file(tmp_path, f"Pulumi.bad{i}.yaml", GOOD_HEAD + pools) for i, (pools, _) in enumerate(BROKEN)]
+    result = tessera("validate", *files)  # one process for all cases: each file gets its own lines
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [f"{file}: {line}" for file, (_, line) in zip(files, BROKEN, strict=True)]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_every_file_is_reported(tmp_path: Path) -> None:
+    bad = _file(tmp_path, "Pulumi.bad.yaml", GOOD_HEAD + "  tessera:nodePools: [{name: a, kind: gpu}]\n")
+    result = tessera("validate", STACKS[0], bad, str(tmp_path / "missing.yaml"))
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        f"{STACKS[0]}: ok",
+        f"{bad}: nodePools[0].kind: 'gpu' is not a pool kind (valid: nvidia, shared, mig, timeslice)",
+        f"{tmp_path / 'missing.yaml'}: no such file",
+    ]
+
+
+def test_garbage_never_gives_a_traceback(tmp_path: Path) -> None:
+    texts = ["config: [\n", "\x00\x01binary", "config:\n  tessera:cluster: 5\n  tessera:nodePools: 7\n", "- a\n- b\n"]
+    files = [_file(tmp_path, f"Pulumi.x{i}.yaml", text) for i, text in enumerate(texts)]
+    result = tessera("validate", *files)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stdout + result.stderr
+    assert {line.split(":")[0] for line in result.stdout.splitlines()} == set(files)
+
+
+def test_a_directory_means_its_stack_files() -> None:
+    result = tessera("validate", "stacks")
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == [f"{s}: ok" for s in STACKS]
+
+
+def test_empty_directory_is_reported(tmp_path: Path) -> None:
+    result = tessera("validate", str(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stdout.splitlines() == [f"{tmp_path}: is a directory with no Pulumi.*.yaml stack files in it"]
+
+
+def test_usage_error_without_files() -> None:
+    result = tessera("validate")
+    assert result.returncode == 2 and "STACK_FILE" in result.stderr
