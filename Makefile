@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 STACK ?= dev
 VENV_STAMP := .venv/.installed
 
-.PHONY: install preview up test typecheck unit render validate plan
+.PHONY: install preview up test typecheck lint-imports unit render validate plan
 
 $(VENV_STAMP): requirements.txt pyproject.toml
 	python3 -m venv .venv
@@ -32,7 +32,11 @@ render: $(VENV_STAMP)
 typecheck: $(VENV_STAMP)
 	$(PY) -m mypy __main__.py components tessera node-agent/tessera_node node-agent/gpu-checks
 
+# the one-way layers of docs/architecture.md: contracts in pyproject.toml [tool.importlinter]
+lint-imports: $(VENV_STAMP)
+	.venv/bin/lint-imports
+
 unit: $(VENV_STAMP)
 	$(PY) -m pytest
 
-test: typecheck unit
+test: typecheck lint-imports unit
