@@ -22,10 +22,10 @@ from tessera.model.mig import cluster_mig_strategy as mig_cluster_strategy
 from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeSlicingConfig, TimeslicePool
 from tessera.model.stack import StackConfig
 from tessera.model.contract import NVIDIA_GPU, device_plugin_config_name, mig_config_name
+from tessera.model.labels_taints import MIG_DISABLED as MIG_DISABLED_CONFIG  # the entry that non-mig pools' nodes are labelled with
 from tessera.repartition import layout_config_name
 
 DEFAULT_DEVICE_PLUGIN_CONFIG: Final = "default"
-MIG_DISABLED_CONFIG: Final = "all-disabled"
 
 __all__ = [
     "DEFAULT_DEVICE_PLUGIN_CONFIG",

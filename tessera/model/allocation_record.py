@@ -26,7 +26,7 @@ KubeObject = dict[str, Any]  # a Kubernetes object as JSON (tessera.kube.api.Kub
 
 MPS_ENV_KEYS: Final = tuple(k for k in ALLOCATION_ENV_KEYS if k.startswith("CUDA_MPS_"))
 MPS_SHARING_POLICY: Final = "fixed-share"  # the pool policy whose nodes run MPS daemons
-CONFIGMAP_PREFIX: Final = "tessera-alloc-"  # the webhook's prefix, used when it did not name one
+CONFIGMAP_PREFIX: Final = "tessera-alloc-"  # the webhook names ConfigMaps with it; the binder too, when the webhook did not
 ALLOCATION_LABEL: Final = "tessera.dev/allocation-for"  # ConfigMap label: the pod's name
 
 

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from tessera.model import contract
+from tessera.model.allocation_record import CONFIGMAP_PREFIX as ALLOCATION_CONFIGMAP_PREFIX
 from tessera.webhook.quantity import QuantityError, parse_whole_quantity
 from tessera.webhook.settings import WebhookSettings
 
@@ -32,7 +33,6 @@ ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 TESSERA_PREFIX: Final = "tessera.dev/"
 MIB_PER_GIB: Final = 1024
-ALLOCATION_CONFIGMAP_PREFIX: Final = "tessera-alloc-"
 SHARED_POOL_KIND: Final = "shared"  # the value of the TAINT_GPU taint on pools that offer tessera.dev/*
 # Every shared node carries TAINT_GPU=shared:NoSchedule (tessera/model/labels_taints.py), and
 # tessera.dev/* resources exist only on shared nodes, so every pod the webhook routes needs this.

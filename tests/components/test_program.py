@@ -1,6 +1,6 @@
 """The Pulumi program under Pulumi mocks: which resources each stack declares, with which inputs.
 
-No Pulumi CLI and no cloud (harness: tests/components/pulumi_program_mocks.py).
+No Pulumi CLI and no cloud (harness: tests/support/pulumi_program_mocks.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ import pulumi
 import pulumi.runtime
 import pulumi_kubernetes as k8s
 import pytest
-from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
+from pulumi.runtime.mocks import MockResourceArgs
+from pulumi_program_mocks import RecordingMonitor, start_mocks
 
 from tessera.model import StackConfig, load_stack_file
 from tessera_pulumi.platform import TesseraPlatform
@@ -24,37 +25,6 @@ SECRET = "kubernetes:core/v1:Secret"
 MUTATING_WEBHOOK_CONFIGURATION = "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration"
 PLATFORM = "tessera:index:TesseraPlatform"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
-
-
-class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
-        self.resources: list[MockResourceArgs] = []
-
-    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        self.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
-
-
-class RecordingMonitor(MockMonitor):
-    """Also records parents and dependencies of every registration."""
-
-    def __init__(self, mocks: RecordingMocks) -> None:
-        super().__init__(mocks)
-        self.parents: dict[str, str] = {}
-        self.deps: dict[str, list[str]] = {}
-        self.names: dict[str, str] = {}
-        self.ignore_changes: dict[str, list[str]] = {}
-
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
-        self.parents[response.urn] = request.parent
-        self.deps[response.urn] = list(request.dependencies)
-        self.names[request.name] = response.urn
-        self.ignore_changes[request.name] = list(request.ignoreChanges)
-        return response
 
 
 @dataclass
@@ -75,9 +45,7 @@ class Declared:
 
 
 def declare(config: StackConfig) -> Declared:
-    mocks = RecordingMocks()
-    monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project="tessera", stack="test", preview=False, monitor=monitor)
+    mocks, monitor = start_mocks()
 
     @pulumi.runtime.test
     def run() -> None:

@@ -49,15 +49,22 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 
 class RecordingMonitor(MockMonitor):
-    """Also records each resource's parent URN, to check the component tree."""
+    """Also records, per registration, the parent URN (the component tree), the dependencies, the
+    name's URN and the `ignoreChanges` option."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
         self.parents: dict[str, str] = {}
+        self.deps: dict[str, list[str]] = {}
+        self.names: dict[str, str] = {}
+        self.ignore_changes: dict[str, list[str]] = {}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
         self.parents[response.urn] = request.parent
+        self.deps[response.urn] = list(request.dependencies)
+        self.names[request.name] = response.urn
+        self.ignore_changes[request.name] = list(request.ignoreChanges)
         return response
 
 
