@@ -1,4 +1,4 @@
-"""`tessera node agent`: argument parsing and wiring only (called lazily by tessera/cli/node.py)."""
+"""`tessera node agent`: argument parsing and wiring only (run by tessera_node/cli.py: `tessera-node` and `tessera node`)."""
 from __future__ import annotations
 
 import argparse
