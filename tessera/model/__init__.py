@@ -15,67 +15,69 @@ it. The import-linter contracts in pyproject.toml keep it that way (docs/archite
 - the cross-process contract: resource, label and annotation names and the allocation record
   (``contract``), the allocation ConfigMap (``allocation_record``) and the pools file
   (``pools_file``), which the extender, the webhook and the node side all read.
+
+The stack config names below are loaded on first use (PEP 562), so that the processes which need
+only the contract (device plugin, node agent, allocation model) do not build the pydantic models
+at start-up: ``import tessera.model.contract`` loads nothing else.
 """
 from __future__ import annotations
 
-from tessera.model.cluster import ClusterConfig, Endpoint, KubeconfigSource, Subnet, SystemNodes
-from tessera.model.loader import from_pulumi_mapping, load_stack_file
-from tessera.model.platform import (
-    GpuOperatorConfig,
-    ImageRef,
-    ImagesConfig,
-    MonitoringConfig,
-    NamespaceQuota,
-    SchedulerConfig,
-    WebhookConfig,
-)
-from tessera.model.pools import (
-    GpuDriverConfig,
-    MigConfig,
-    MigPool,
-    NodePool,
-    NvidiaPool,
-    PoolBase,
-    RepartitionEntry,
-    SharedPool,
-    SharingConfig,
-    SystemDisk,
-    Taint,
-    TimeSlicingConfig,
-    TimeslicePool,
-)
-from tessera.model.problems import ConfigError, Problem
-from tessera.model.stack import StackConfig
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ClusterConfig",
-    "ConfigError",
-    "Endpoint",
-    "GpuDriverConfig",
-    "GpuOperatorConfig",
-    "ImageRef",
-    "ImagesConfig",
-    "KubeconfigSource",
-    "MigConfig",
-    "MigPool",
-    "MonitoringConfig",
-    "NamespaceQuota",
-    "NodePool",
-    "NvidiaPool",
-    "PoolBase",
-    "Problem",
-    "RepartitionEntry",
-    "SchedulerConfig",
-    "SharedPool",
-    "SharingConfig",
-    "StackConfig",
-    "Subnet",
-    "SystemDisk",
-    "SystemNodes",
-    "Taint",
-    "TimeSlicingConfig",
-    "TimeslicePool",
-    "WebhookConfig",
-    "from_pulumi_mapping",
-    "load_stack_file",
-]
+if TYPE_CHECKING:
+    from tessera.model.cluster import ClusterConfig, Endpoint, KubeconfigSource, Subnet, SystemNodes
+    from tessera.model.loader import from_pulumi_mapping, load_stack_file
+    from tessera.model.platform import (
+        GpuOperatorConfig,
+        ImageRef,
+        ImagesConfig,
+        MonitoringConfig,
+        NamespaceQuota,
+        SchedulerConfig,
+        WebhookConfig,
+    )
+    from tessera.model.pools import (
+        GpuDriverConfig,
+        MigConfig,
+        MigPool,
+        NodePool,
+        NvidiaPool,
+        PoolBase,
+        RepartitionEntry,
+        SharedPool,
+        SharingConfig,
+        SystemDisk,
+        Taint,
+        TimeSlicingConfig,
+        TimeslicePool,
+    )
+    from tessera.model.problems import ConfigError, Problem
+    from tessera.model.stack import StackConfig
+
+# the same names as the imports above (for type checkers), by module (for the loader)
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "cluster": ("ClusterConfig", "Endpoint", "KubeconfigSource", "Subnet", "SystemNodes"),
+    "loader": ("from_pulumi_mapping", "load_stack_file"),
+    "platform": ("GpuOperatorConfig", "ImageRef", "ImagesConfig", "MonitoringConfig", "NamespaceQuota", "SchedulerConfig", "WebhookConfig"),
+    "pools": (
+        "GpuDriverConfig", "MigConfig", "MigPool", "NodePool", "NvidiaPool", "PoolBase", "RepartitionEntry", "SharedPool",
+        "SharingConfig", "SystemDisk", "Taint", "TimeSlicingConfig", "TimeslicePool",
+    ),
+    "problems": ("ConfigError", "Problem"),
+    "stack": ("StackConfig",),
+}
+_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+if not TYPE_CHECKING:  # hidden from type checkers, so that they still flag a misspelt name
+
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
