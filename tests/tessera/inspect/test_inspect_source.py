@@ -232,3 +232,27 @@ def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, content: str | None,
         connect_and_load(str(path), None)
     text = str(err.value)
     assert message in text and "--from FILE" in text and "\n" not in text
+
+
+def _dump_of(tmp_path: Path, name: str, pods: int) -> Path:
+    path = tmp_path / name
+    items = [gpu_pod(f"p{i}", [("main", 10, 512)], node="n1") for i in range(pods)]
+    path.write_text(json.dumps(as_list([NODE], items)))
+    return path
+
+
+def test_memory_grows_linearly_with_the_dump(tmp_path: Path) -> None:
+    import tracemalloc
+
+    peaks = []
+    for name, pods in (("small.json", 500), ("large.json", 2000)):
+        path = _dump_of(tmp_path, name, pods)
+        tracemalloc.start()
+        try:
+            load_files([str(path)])
+            peaks.append((tracemalloc.get_traced_memory()[1], path.stat().st_size))
+        finally:
+            tracemalloc.stop()
+    (small, _), (large, size) = peaks
+    assert large < 5 * small, peaks  # four times the pods, about four times the memory
+    assert large < 30 * size, peaks  # a bounded multiple of the file: parsed objects, no copies per item
