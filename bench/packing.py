@@ -1,8 +1,13 @@
 """Packing benchmark: the FGD paper's experiment on the openb traces, our policies side by side with
 the paper's published numbers.
 
-    nice python bench/packing.py                       # default, gpushare40, multigpu50; seeds 42-51
+    nice python bench/packing.py                       # the default trace (in bench/traces/openb); seeds 42-51
     nice python bench/packing.py --traces default --seeds 42-44 --policies fragmentation-aware,fgd
+    nice python bench/packing.py --trace-dir CLUSTERDATA/cluster-trace-gpu-v2023/csv --traces gpushare40,multigpu50
+
+The repository ships the GPU node list and the default pod trace (bench/traces/openb); the variant
+traces (gpushare*, multigpu*, gpuspec*, cpu*) and the paper's summaries (`paper-results/` beside
+the CSVs, optional) come from a checkout of alibaba/clusterdata, passed with --trace-dir.
 
 Prints one table per trace (mean allocated % of capacity at each arrived %) and writes
 `<out>/<trace>.png`, `<out>/<trace>.txt` and `<out>/results.json`. CPU heavy: one replay of the
@@ -25,7 +30,7 @@ from tessera.sim.compare import Curve, compare, format_table, plot_curves  # noq
 from tessera.sim.replay import Order, ReplayResult, ReplaySettings  # noqa: E402
 from tessera.sim.trace import load_nodes, load_pods  # noqa: E402
 
-TRACES = Path("/work/shared/traces/openb")
+TRACES = ROOT / "bench" / "traces" / "openb"
 PAPER_COLUMNS = ("90", "95", "98", "100", "110", "120", "130")
 
 
@@ -64,7 +69,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", default="default,gpushare40,multigpu50")
+    parser.add_argument("--traces", default="default", help="comma-separated: default (shipped), gpushare40, multigpu50, ... (with --trace-dir)")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--policies", default="fragmentation-aware,fgd,binpack,spread")
     parser.add_argument("--trace-dir", default=str(TRACES))

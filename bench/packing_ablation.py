@@ -71,7 +71,7 @@ def main() -> int:
     parser.add_argument("--trace", default="default")
     parser.add_argument("--seeds", default="42")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--trace-dir", default="/work/shared/traces/openb")
+    parser.add_argument("--trace-dir", default=str(ROOT / "bench" / "traces" / "openb"), help="folder of openb CSVs (default: the ones shipped in bench/traces/openb)")
     args = parser.parse_args()
     trace_dir = Path(args.trace_dir)
     pods = load_pods(trace_dir / f"openb_pod_list_{args.trace}.csv")

@@ -13,14 +13,37 @@ from typing import Any
 from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_PORT
 
 
+# What `serve` answers: kube-scheduler's extender verbs (POST, JSON) and the probes (GET).
+ENDPOINTS = (
+    ("POST", "/filter", "nodes where the pod's GPU request fits"),
+    ("POST", "/prioritize", "node scores from the placement policy"),
+    ("POST", "/preempt", "keeps the preemption victims that free GPUs the pod fits on (kube-scheduler's preemptVerb)"),
+    ("POST", "/bind", "binds the pod, recording its GPU allocation (tessera.dev/allocation)"),
+    ("GET", "/healthz", "200 once the cache is in sync (also /readyz, /livez)"),
+    ("GET", "/metrics", "Prometheus metrics"),
+)
+
+
+def _endpoint_lines() -> str:
+    return "\n".join(f"  {verb:<4} {path:<12} {what}" for verb, path, what in ENDPOINTS)
+
+
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("scheduler", help="run the kube-scheduler extender for fractional GPUs")
+    paths = ", ".join(path for _, path, _ in ENDPOINTS)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "scheduler",
+        help="run the kube-scheduler extender for fractional GPUs",
+        description=f"The kube-scheduler extender for fractional GPUs. Endpoints of `serve`:\n{_endpoint_lines()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = parser.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
     serve = actions.add_parser(
         "serve",
-        help="serve /filter, /prioritize, /bind, /healthz, /metrics",
+        help=f"serve {paths}",
         description="Run the extender in a cluster (in-cluster service account, or --kubeconfig), "
-        "or with --simulate against an in-memory cluster built from a node CSV (demo and load tests).",
+        "or with --simulate against an in-memory cluster built from a node CSV (demo and load tests).\n\n"
+        f"Endpoints:\n{_endpoint_lines()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     serve.add_argument("--context", help="kubeconfig context (default: the file's current context)")
@@ -70,7 +93,8 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             fake = simulated_api(args.simulate, gpu_placement=args.gpu_placement)
         except TraceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            for line in exc.problems:
+                print(line, file=sys.stderr)
             return 2
         api = fake
 

@@ -9,7 +9,6 @@ builder happened to insert keys in.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,6 +16,7 @@ import yaml
 
 from tessera.manifests.existing_nodes import label_script
 from tessera.manifests.prometheus_adapter import RELEASE_NAME as PROMETHEUS_ADAPTER_RELEASE
+from tessera.manifests.render_dir import RENDER_MARK
 from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, helm_releases
 
 if TYPE_CHECKING:
@@ -24,15 +24,12 @@ if TYPE_CHECKING:
 
 GPU_OPERATOR_DIR: Final = "gpu-operator"
 PROMETHEUS_ADAPTER_DIR: Final = PROMETHEUS_ADAPTER_RELEASE
-# every directory a Helm release may be rendered into (render removes stale files there)
+# every directory a Helm release may be rendered into
 RELEASE_DIRS: Final = (GPU_OPERATOR_DIR, PROMETHEUS_ADAPTER_DIR)
 NODES_DIR: Final = "nodes"
 LABEL_SCRIPT: Final = f"{NODES_DIR}/label-nodes.sh"
 VALUES_FILE: Final = f"{GPU_OPERATOR_DIR}/values.yaml"
 RELEASE_FILE: Final = f"{GPU_OPERATOR_DIR}/release.yaml"
-# Files `render` owns in the output directory (stale ones are removed so `kubectl apply -f` never
-# re-applies a component the stack no longer has); anything else in the directory is left alone.
-OWNED_FILE: Final = re.compile(r"^\d\d-[a-z0-9-]+\.yaml$")
 _TOP_KEYS: Final = ("apiVersion", "kind", "metadata")
 
 
@@ -71,7 +68,7 @@ def component_file(component: str) -> str:
 
 
 def _header(source: str, what: str) -> str:
-    return f"# Rendered by `tessera render` from {source}: {what}. Do not edit; change the stack file.\n"
+    return f"{RENDER_MARK} from {source}: {what}. Do not edit; change the stack file.\n"
 
 
 def release_dir(release: HelmRelease) -> str:

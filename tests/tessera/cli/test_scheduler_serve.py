@@ -116,7 +116,7 @@ def test_unreachable_cluster_exits_1_with_what_to_do(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--simulate", "missing.csv"], "cannot read missing.csv"),
+        (["--simulate", "missing.csv"], "missing.csv: cannot read it (No such file or directory)"),
         (["--simulate", "NODES", "--placement", "tightest"], "unknown placement policy 'tightest'"),
         (["--gpu-placement", "spread"], "only applies with --simulate"),
     ],
