@@ -2,9 +2,14 @@
 
 The Go structs carry no json tags, so the JSON keys are the Go field names: `Pod`, `Nodes`,
 `NodeNames`, `FailedNodes`, `FailedAndUnresolvableNodes`, `Error`, `Host`, `Score`, `PodName`,
-`PodNamespace`, `PodUID`, `Node`. Go's decoder matches keys case-insensitively, so we read them
+`PodNamespace`, `PodUID`, `Node`, and for preemption `NodeNameToVictims`, `NodeNameToMetaVictims`,
+`Pods`, `UID`, `NumPDBViolations`. Go's decoder matches keys case-insensitively, so we read them
 that way too, and always write the exact names. `Nodes` is a `v1.NodeList` (`{"items": [...]}`).
 Decoding raises `WireError` with a message fit for an HTTP 400 reply.
+
+Source: kubernetes/kube-scheduler `extender/v1/types.go` at v0.30.0 (Kubernetes 1.30.0, the
+version our stacks pin) and v0.36.3 (1.36.3, the newest release); the file is unchanged between
+them for every type used here.
 """
 from __future__ import annotations
 
@@ -189,56 +194,122 @@ class ExtenderBindingResult:
         return {"Error": self.error}
 
 
+# --- preemption ---------------------------------------------------------------------------------
+# Upstream (identical in kubernetes/kube-scheduler v0.30.0 = Kubernetes 1.30.0 and v0.36.3 = 1.36.3,
+# `extender/v1/types.go`):
+#   ExtenderPreemptionArgs{Pod *v1.Pod; NodeNameToVictims map[string]*Victims;
+#                          NodeNameToMetaVictims map[string]*MetaVictims}
+#   Victims{Pods []*v1.Pod; NumPDBViolations int64}   MetaVictims{Pods []*MetaPod; NumPDBViolations int64}
+#   MetaPod{UID string}                                ExtenderPreemptionResult{NodeNameToMetaVictims}
+# kube-scheduler fills only NodeNameToMetaVictims when the extender is nodeCacheCapable, else only
+# NodeNameToVictims; Go marshals the unset map as `null` (no omitempty). Whatever the extender
+# answers, kube-scheduler reads NodeNameToMetaVictims and looks every UID up among the pods of
+# that node in its own snapshot (kubernetes/kubernetes pkg/scheduler/extender.go,
+# `ProcessPreemption` / `convertToVictims` / `convertPodUIDToPod`).
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _count(data: Mapping[str, Any], name: str, where: str) -> int:
+    value = _field(data, name)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT64_MAX:
+        raise WireError(f"{where}.{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _pod_object(data: Any, where: str) -> KubeObject:
+    pod = dict(_object(data, where))
+    if not isinstance(pod.get("metadata"), Mapping):
+        raise WireError(f"{where}.metadata must be an object")
+    return pod
+
+
+@dataclass(frozen=True)
+class Victims:
+    """The pods to evict on one node (`MetaVictims`, or `Victims` with whole pods) and how many
+    of them kube-scheduler counted as violating a PodDisruptionBudget.
+
+    `uids` in kube-scheduler's order (most important first: it reads `Pods[0]` as the victim of
+    highest priority); `pods` holds the whole pods when they came as `Victims` (not nodeCacheCapable)."""
+
+    uids: tuple[str, ...]
+    num_pdb_violations: int = 0
+    pods: tuple[KubeObject, ...] = ()
+
+    @staticmethod
+    def from_json(data: Any, where: str, *, meta: bool) -> Victims:
+        body = _object(data, where)
+        listed = _field(body, "Pods")
+        if listed is None:
+            listed = []
+        if not isinstance(listed, list):
+            raise WireError(f"{where}.Pods must be a list")
+        uids: list[str] = []
+        pods: list[KubeObject] = []
+        for i, entry in enumerate(listed):
+            item = f"{where}.Pods[{i}]"
+            if meta:
+                uid = _field(_object(entry, item), "UID")
+            else:
+                pod = _pod_object(entry, item)
+                pods.append(pod)
+                uid = pod["metadata"].get("uid")
+            if not isinstance(uid, str) or not uid:
+                raise WireError(f"{item}: every victim needs a UID (a non-empty string)")
+            if uid in uids:
+                raise WireError(f"{item}: pod {uid} is listed twice")
+            uids.append(uid)
+        return Victims(tuple(uids), _count(body, "NumPDBViolations", where), tuple(pods))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"Pods": [{"UID": uid} for uid in self.uids], "NumPDBViolations": self.num_pdb_violations}
+
+
 @dataclass(frozen=True)
 class ExtenderPreemptionArgs:
-    """Body of /preempt: the victims kube-scheduler picked per node, as pod UIDs. With
-    nodeCacheCapable it sends `NodeNameToMetaVictims` ({"Pods": [{"UID"}], "NumPDBViolations"});
-    otherwise `NodeNameToVictims` with full pods; both are read."""
+    """Body of /preempt: the pod to place and, per candidate node, the victims kube-scheduler
+    chose there. `meta` says which map carried them (True: `NodeNameToMetaVictims`)."""
 
     pod: KubeObject
-    victims: dict[str, list[str]]
-    pdb_violations: dict[str, int]
+    victims: dict[str, Victims]
+    meta: bool = True
 
     @staticmethod
     def from_json(data: Any) -> ExtenderPreemptionArgs:
         body = _object(data, "ExtenderPreemptionArgs")
-        pod = _field(body, "Pod")
-        if not isinstance(pod, Mapping) or not isinstance(pod.get("metadata"), Mapping):
-            raise WireError("field Pod with metadata is required")
-        victims: dict[str, list[str]] = {}
-        pdb: dict[str, int] = {}
-        for key, meta in (("NodeNameToVictims", False), ("NodeNameToMetaVictims", True)):
-            per_node = _field(body, key)
-            if per_node is None:
-                continue
-            for node, entry in _object(per_node, key).items():
-                entry = _object(entry, f"{key}[{node}]")
-                pods = _field(entry, "Pods") or []
-                if not isinstance(pods, list):
-                    raise WireError(f"{key}[{node}].Pods must be a list")
-                uids = []
-                for victim in pods:
-                    victim = _object(victim, "victim pod")
-                    uid = _field(victim, "UID") if meta else (_object(victim.get("metadata") or {}, "metadata").get("uid"))
-                    if not isinstance(uid, str):
-                        raise WireError(f"{key}[{node}]: every victim needs a UID")
-                    uids.append(uid)
-                victims[str(node)] = uids
-                pdb[str(node)] = int(_field(entry, "NumPDBViolations") or 0)
-        return ExtenderPreemptionArgs(dict(pod), victims, pdb)
+        pod_field = _field(body, "Pod")
+        if pod_field is None:
+            raise WireError("field Pod is required")
+        pod = _pod_object(pod_field, "Pod")
+        by_key = {key: _field(body, key) for key in ("NodeNameToMetaVictims", "NodeNameToVictims")}
+        sent = [key for key, value in by_key.items() if value is not None]
+        if len(sent) > 1:
+            raise WireError("send NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims, not both")
+        key = sent[0] if sent else "NodeNameToMetaVictims"
+        meta = key == "NodeNameToMetaVictims"
+        victims = {
+            str(node): Victims.from_json(entry, f"{key}[{node}]", meta=meta)
+            for node, entry in _object(by_key[key] or {}, key).items()
+        }
+        return ExtenderPreemptionArgs(pod, victims, meta)
+
+    def to_json(self) -> dict[str, Any]:
+        """As kube-scheduler marshals it: the map it did not fill is `null`."""
+        meta = {node: v.to_json() for node, v in self.victims.items()} if self.meta else None
+        full = None
+        if not self.meta:
+            full = {node: {"Pods": list(v.pods), "NumPDBViolations": v.num_pdb_violations} for node, v in self.victims.items()}
+        return {"Pod": self.pod, "NodeNameToVictims": full, "NodeNameToMetaVictims": meta}
 
 
 @dataclass(frozen=True)
 class ExtenderPreemptionResult:
-    """Reply of /preempt: the nodes where evicting the victims makes room, with those victims."""
+    """Reply of /preempt: per node that stays a candidate, the victims to evict there. A node
+    left out is no longer a candidate; a node kept always has at least one victim (kube-scheduler
+    fails the whole preemption of a non-ignorable extender that returns a node with none)."""
 
-    victims: dict[str, list[str]]
-    pdb_violations: dict[str, int]
+    victims: dict[str, Victims]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "NodeNameToMetaVictims": {
-                node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": self.pdb_violations.get(node, 0)}
-                for node, uids in self.victims.items()
-            }
-        }
+        return {"NodeNameToMetaVictims": {node: v.to_json() for node, v in self.victims.items()}}
