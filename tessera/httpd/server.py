@@ -176,11 +176,13 @@ class HardenedHTTPServer(ThreadingHTTPServer):
             return len(self._connections)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that vanishes or fails the TLS handshake is its own problem: one line, no
-        # traceback on stderr.
+        # A client that vanishes (reset, EOF in the TLS handshake, silence) is its own problem and
+        # routine (TCP probes, load generators stopping): debug. Anything else, such as a client
+        # rejecting our certificate, is one warning line, not the stdlib's traceback on stderr.
         exc = sys.exc_info()[1]
         host = client_address[0] if isinstance(client_address, tuple) and client_address else "?"
-        log.warning("%s: connection from %s failed: %s", self.name, host, exc)
+        routine = isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLEOFError))
+        log.log(logging.DEBUG if routine else logging.WARNING, "%s: connection from %s failed: %s", self.name, host, exc)
 
     # --- stopping --------------------------------------------------------------------------------
 
