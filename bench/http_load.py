@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -295,6 +296,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown targets {unknown}; choose from {', '.join(TARGETS)}")
     client_counts = [int(c) for c in args.clients.split(",")]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers too (finally below)
     with tempfile.TemporaryDirectory(prefix="tessera-http-load-") as tmp:
         workdir = Path(tmp)
         procs, targets = start_targets(names, args.nodes, workdir)

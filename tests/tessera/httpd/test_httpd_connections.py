@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from conftest import ToyService, start_toy
+from httpd_toy import ToyService, start_toy
 from raw_http import RawConnection, burst, exchange, request_line
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ToyService
+from httpd_toy import ToyService
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raw_http import RawConnection, exchange, request_line
