@@ -5,7 +5,9 @@ The Go structs carry no json tags, so the JSON keys are the Go field names: `Pod
 `PodNamespace`, `PodUID`, `Node`, and for preemption `NodeNameToVictims`, `NodeNameToMetaVictims`,
 `Pods`, `UID`, `NumPDBViolations`. Go's decoder matches keys case-insensitively, so we read them
 that way too, and always write the exact names. `Nodes` is a `v1.NodeList` (`{"items": [...]}`).
-Decoding raises `WireError` with a message fit for an HTTP 400 reply.
+Decoding raises `WireError` with a message and the JSON path of the field, fit for an HTTP 400
+reply. The Pod is checked against `tessera.kube.shape` (the fields the core reads, typed as in
+core/v1); fields we do not know are ignored, as Go's decoder ignores them.
 
 Source: kubernetes/kube-scheduler `extender/v1/types.go` at v0.30.0 (Kubernetes 1.30.0, the
 version our stacks pin) and v0.36.3 (1.36.3, the newest release); the file is unchanged between
@@ -15,16 +17,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from tessera.kube.api import KubeObject
+from tessera.kube.shape import INT64_MAX, ShapeError, check_pod
 
 MIN_EXTENDER_PRIORITY: Final = 0
 MAX_EXTENDER_PRIORITY: Final = 10  # kube-scheduler multiplies by weight and by 100/10
 
 
 class WireError(ValueError):
-    """The request body is not what kube-scheduler sends."""
+    """The request body is not what kube-scheduler sends. `path` names the field in Go's
+    spelling (`Pod.spec.containers[0].name`, `NodeNames[3]`); None when it is the whole body."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
 
 
 def _field(data: Mapping[str, Any], name: str) -> Any:
@@ -38,9 +47,24 @@ def _field(data: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def _object(data: Any, what: str) -> Mapping[str, Any]:
+def unknown_fields(data: Any, known: tuple[str, ...]) -> list[str]:
+    """Top-level keys that match none of `known` (case-insensitively, as Go matches them). They
+    are ignored, as Go's decoder ignores them: a newer kube-scheduler may send fields that this
+    extender does not know (docs/scheduler-extender.md, "Request decoding")."""
     if not isinstance(data, Mapping):
-        raise WireError(f"{what} must be a JSON object, got {type(data).__name__}")
+        return []
+    lowered = {k.lower() for k in known}
+    return sorted(str(k) for k in data if str(k).lower() not in lowered)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}.get(type(value), "null")
+
+
+def _object(data: Any, path: str | None) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        what = "must be a JSON object" if path else "the request body must be a JSON object"
+        raise WireError(f"{what}, got {_kind(data)}", path)
     return data
 
 
@@ -48,11 +72,39 @@ def _string(data: Mapping[str, Any], name: str, *, required: bool) -> str:
     value = _field(data, name)
     if value is None:
         if required:
-            raise WireError(f"field {name} is required")
+            raise WireError("is required", name)
         return ""
     if not isinstance(value, str):
-        raise WireError(f"field {name} must be a string, got {type(value).__name__}")
+        raise WireError(f"must be a string, got {_kind(value)}", name)
     return value
+
+
+def _int64(value: Any, path: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int or not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise WireError(f"must be an integer (int64), got {_kind(value)}", path)
+    return value
+
+
+def _pod(value: Any, path: str) -> KubeObject:
+    if value is None:
+        raise WireError("is required (the Pod being scheduled)", path)
+    try:
+        return dict(check_pod(value, path))
+    except ShapeError as exc:
+        raise WireError(exc.message, exc.path) from None
+
+
+def _node_name(node: Any, path: str) -> str:
+    """Only the name of a node in `Nodes.items` is read (the cache has the rest)."""
+    if not isinstance(node, Mapping):
+        raise WireError(f"must be a Node object, got {_kind(node)}", path)
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise WireError("is required (every node in Nodes.items needs one)", f"{path}.metadata.name")
+    return name
 
 
 @dataclass(frozen=True)
@@ -64,34 +116,32 @@ class ExtenderArgs:
     nodes: list[KubeObject] | None = None
     node_names: list[str] | None = None
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("Pod", "Nodes", "NodeNames")
+
     @staticmethod
     def from_json(data: Any) -> ExtenderArgs:
-        body = _object(data, "ExtenderArgs")
-        pod = _field(body, "Pod")
-        if pod is None:
-            raise WireError("field Pod is required")
-        pod = dict(_object(pod, "Pod"))
-        if not isinstance(pod.get("metadata"), Mapping):
-            raise WireError("Pod.metadata must be an object")
+        body = _object(data, None)
+        pod = _pod(_field(body, "Pod"), "Pod")
         nodes_field = _field(body, "Nodes")
         nodes: list[KubeObject] | None = None
         if nodes_field is not None:
             items = _object(nodes_field, "Nodes").get("items")
             if items is None:
                 items = []
-            if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
-                raise WireError("Nodes.items must be a list of Node objects")
+            if not isinstance(items, list):
+                raise WireError(f"must be an array of Node objects, got {_kind(items)}", "Nodes.items")
+            for index, node in enumerate(items):
+                _node_name(node, f"Nodes.items[{index}]")
             nodes = [dict(n) for n in items]
-            for node in nodes:
-                meta = node.get("metadata")
-                if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
-                    raise WireError("every node in Nodes.items needs metadata.name")
         names_field = _field(body, "NodeNames")
         node_names: list[str] | None = None
         if names_field is not None:
+            if not isinstance(names_field, list):
+                raise WireError(f"must be an array of node names, got {_kind(names_field)}", "NodeNames")
             # set(map(type)) checks 1000s of names ~10x faster than all(isinstance(...))
-            if not isinstance(names_field, list) or not set(map(type, names_field)) <= {str}:
-                raise WireError("NodeNames must be a list of strings")
+            if not set(map(type, names_field)) <= {str}:
+                index = next(i for i, n in enumerate(names_field) if type(n) is not str)
+                raise WireError(f"must be a string (a node name), got {_kind(names_field[index])}", f"NodeNames[{index}]")
             node_names = list(names_field)
         return ExtenderArgs(pod, nodes, node_names)
 
@@ -170,9 +220,11 @@ class ExtenderBindingArgs:
     pod_uid: str
     node: str
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("PodName", "PodNamespace", "PodUID", "Node")
+
     @staticmethod
     def from_json(data: Any) -> ExtenderBindingArgs:
-        body = _object(data, "ExtenderBindingArgs")
+        body = _object(data, None)
         return ExtenderBindingArgs(
             pod_name=_string(body, "PodName", required=True),
             pod_namespace=_string(body, "PodNamespace", required=True),
@@ -206,23 +258,13 @@ class ExtenderBindingResult:
 # answers, kube-scheduler reads NodeNameToMetaVictims and looks every UID up among the pods of
 # that node in its own snapshot (kubernetes/kubernetes pkg/scheduler/extender.go,
 # `ProcessPreemption` / `convertToVictims` / `convertPodUIDToPod`).
-_INT64_MAX: Final = 2**63 - 1
-
-
 def _count(data: Mapping[str, Any], name: str, where: str) -> int:
     value = _field(data, name)
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT64_MAX:
-        raise WireError(f"{where}.{name} must be a non-negative integer, got {value!r}")
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
+        raise WireError(f"must be a non-negative integer (int64), got {value!r}", f"{where}.{name}")
     return value
-
-
-def _pod_object(data: Any, where: str) -> KubeObject:
-    pod = dict(_object(data, where))
-    if not isinstance(pod.get("metadata"), Mapping):
-        raise WireError(f"{where}.metadata must be an object")
-    return pod
 
 
 @dataclass(frozen=True)
@@ -239,26 +281,30 @@ class Victims:
 
     @staticmethod
     def from_json(data: Any, where: str, *, meta: bool) -> Victims:
+        # kube-scheduler never sends a nil *Victims (it lists only nodes with victims): a null
+        # entry is a body it did not write, not an empty set to answer for
         body = _object(data, where)
         listed = _field(body, "Pods")
         if listed is None:
             listed = []
         if not isinstance(listed, list):
-            raise WireError(f"{where}.Pods must be a list")
+            raise WireError(f"must be an array, got {_kind(listed)}", f"{where}.Pods")
         uids: list[str] = []
         pods: list[KubeObject] = []
         for i, entry in enumerate(listed):
             item = f"{where}.Pods[{i}]"
             if meta:
                 uid = _field(_object(entry, item), "UID")
+                uid_path = f"{item}.UID"
             else:
-                pod = _pod_object(entry, item)
+                pod = _pod(entry, item)
                 pods.append(pod)
                 uid = pod["metadata"].get("uid")
+                uid_path = f"{item}.metadata.uid"
             if not isinstance(uid, str) or not uid:
-                raise WireError(f"{item}: every victim needs a UID (a non-empty string)")
+                raise WireError("is required (every victim needs a UID, a non-empty string)", uid_path)
             if uid in uids:
-                raise WireError(f"{item}: pod {uid} is listed twice")
+                raise WireError(f"pod {uid} is listed twice", item)
             uids.append(uid)
         return Victims(tuple(uids), _count(body, "NumPDBViolations", where), tuple(pods))
 
@@ -275,13 +321,12 @@ class ExtenderPreemptionArgs:
     victims: dict[str, Victims]
     meta: bool = True
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
+
     @staticmethod
     def from_json(data: Any) -> ExtenderPreemptionArgs:
-        body = _object(data, "ExtenderPreemptionArgs")
-        pod_field = _field(body, "Pod")
-        if pod_field is None:
-            raise WireError("field Pod is required")
-        pod = _pod_object(pod_field, "Pod")
+        body = _object(data, None)
+        pod = _pod(_field(body, "Pod"), "Pod")
         by_key = {key: _field(body, key) for key in ("NodeNameToMetaVictims", "NodeNameToVictims")}
         sent = [key for key, value in by_key.items() if value is not None]
         if len(sent) > 1:
@@ -289,8 +334,8 @@ class ExtenderPreemptionArgs:
         key = sent[0] if sent else "NodeNameToMetaVictims"
         meta = key == "NodeNameToMetaVictims"
         victims = {
-            str(node): Victims.from_json(entry, f"{key}[{node}]", meta=meta)
-            for node, entry in _object(by_key[key] or {}, key).items()
+            str(node): Victims.from_json(entry, f'{key}["{node}"]', meta=meta)
+            for node, entry in _object({} if by_key[key] is None else by_key[key], key).items()
         }
         return ExtenderPreemptionArgs(pod, victims, meta)
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-CONTENT_TYPE: str = CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # kube-scheduler's extender timeout is seconds; our target is milliseconds, so the buckets sit there
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
@@ -49,6 +46,3 @@ class ExtenderMetrics:
         self.allocated_gpu = Gauge(
             "tessera_extender_allocated_gpu", "GPU compute allocated, in GPUs (1.0 = one whole GPU)", registry=self.registry
         )
-
-    def render(self) -> bytes:
-        return bytes(generate_latest(self.registry))

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         agent.run(stop)
     finally:
         thawed = agent.shutdown()
-        server.shutdown()
+        server.stop(drain_s=1.0)
         print(f"tessera node agent stopped: thawed {len(thawed)} cgroup(s)", file=sys.stderr, flush=True)
     return 0
 

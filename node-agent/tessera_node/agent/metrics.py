@@ -1,4 +1,4 @@
-"""Prometheus metrics of the node agent, served by prometheus-client on its own registry.
+"""Prometheus metrics of the node agent, on their own registry, served by `tessera.httpd`.
 
 The agent loop publishes an immutable `AgentView` once per slow tick; the collector turns the
 latest view into metric families at scrape time, so scrapes never touch NVML or cgroups and the
@@ -9,13 +9,15 @@ kube-state-metrics and with dcgm-exporter's card metrics (same `gpu_uuid` value,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+
+from tessera.httpd import Endpoint, HardenedHTTPServer, HttpLimits, Routes
+from tessera.httpd.prometheus import metrics_response
 
 MIB = 1024 * 1024
 _CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid"]
@@ -171,9 +173,18 @@ def _gpu_families(v: AgentView) -> Iterator[Metric]:
         yield family
 
 
-def serve_metrics(view: Callable[[], AgentView], host: str, port: int) -> tuple[Any, threading.Thread, int]:
-    """Serve /metrics on host:port (port 0 picks a free one); returns (server, thread, port)."""
+# Scrapes carry no body; 64 connections at once cover several Prometheus replicas, kubelet's probe
+# and a burst of curl with room to spare (more wait in the backlog, they are not refused).
+METRICS_LIMITS = HttpLimits(max_body_bytes=64 * 1024, max_connections=64, backlog=256)
+
+
+def serve_metrics(view: Callable[[], AgentView], host: str, port: int) -> tuple[HardenedHTTPServer, threading.Thread, int]:
+    """Serve GET /metrics on host:port (port 0 picks a free one); returns (server, thread, port).
+    Other paths get 404 and other methods 405, in the JSON shape of `tessera.httpd`; stop with
+    `server.stop()`."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(view))
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    return server, thread, int(server.server_address[1])
+    endpoints: dict[str, Mapping[str, Endpoint]] = {"/metrics": {"GET": lambda request: metrics_response(registry, request)}}
+    server = HardenedHTTPServer((host, port), Routes(endpoints.get), METRICS_LIMITS, name="agent-metrics")
+    thread = server.start()
+    return server, thread, server.port

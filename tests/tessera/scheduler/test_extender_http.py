@@ -146,27 +146,28 @@ def test_scores_are_0_to_10_with_one_best_node(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "fragment"),
+    ("body", "fragment", "path"),
     [
-        (b"{not json", "not valid JSON"),
-        (b"[1, 2]", "must be a JSON object"),
-        (b"{}", "Pod is required"),
-        (json.dumps({"Pod": {"metadata": {}}, "NodeNames": "n1"}).encode(), "NodeNames must be a list"),
-        (json.dumps({"Pod": {"metadata": {}}, "Nodes": {"items": [{}]}}).encode(), "metadata.name"),
-        (b"\xff\xfe", "not valid JSON"),
+        (b"{not json", "not valid JSON", None),
+        (b"[1, 2]", "must be a JSON object", None),
+        (b"{}", "Pod: is required", "Pod"),
+        (json.dumps({"Pod": {"metadata": {}}, "NodeNames": "n1"}).encode(), "must be an array", "NodeNames"),
+        (json.dumps({"Pod": {"metadata": {}}, "Nodes": {"items": [{}]}}).encode(), "is required", "Nodes.items[0].metadata.name"),
+        (b"\xff\xfe", "not UTF-8", None),
     ],
 )
-def test_malformed_bodies_get_400_and_the_server_keeps_serving(harness: Harness, body: bytes, fragment: str) -> None:
+def test_malformed_bodies_get_400_and_the_server_keeps_serving(harness: Harness, body: bytes, fragment: str, path: str | None) -> None:
     harness.api.create_node(node_manifest("n1"))
     service = harness.start()
     client = harness.client(service)
     status, raw = client.post_raw("/filter", body)
     assert status == 400
-    assert fragment in json.loads(raw)["Error"]
+    reply = json.loads(raw)
+    assert fragment in reply["error"] and reply["path"] == path
     status, raw = client.post_raw("/bind", b'{"PodName": 3}')
-    assert status == 400
+    assert status == 400 and json.loads(raw)["path"] == "PodName"
     status, raw = client.post_raw("/preempt", b'{"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": [{}]}}}')
-    assert status == 400 and b"UID" in raw
+    assert status == 400 and json.loads(raw)["path"] == 'NodeNameToMetaVictims["n1"].Pods[0].UID'
     pod = harness.api.create_pod(pod_manifest("ok", ("main", 10, None)))
     status, result = client.post("filter", {"Pod": pod, "NodeNames": ["n1"]})
     assert status == 200 and result["NodeNames"] == ["n1"]

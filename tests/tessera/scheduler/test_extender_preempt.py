@@ -108,18 +108,18 @@ def test_whole_pods_are_read_when_not_node_cache_capable(harness: Harness, binpa
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        ({}, "Pod is required"),
-        ({"Pod": "urgent"}, "Pod must be a JSON object"),
+        ({}, "Pod: is required"),
+        ({"Pod": "urgent"}, "Pod: must be an object"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": [{}]}}}, "UID"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 7}]}}}, "UID"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "a"}, {"UID": "a"}]}}}, "listed twice"),
-        ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": "a"}}}, "Pods must be a list"),
+        ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"Pods": "a"}}}, "Pods: must be an array"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"NumPDBViolations": -1}}}, "non-negative integer"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"NumPDBViolations": "2"}}}, "non-negative integer"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": {"NumPDBViolations": True}}}, "non-negative integer"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": {"n1": None}}, "must be a JSON object"),
         ({"Pod": {"metadata": {}}, "NodeNameToMetaVictims": ["n1"]}, "must be a JSON object"),
-        ({"Pod": {"metadata": {}}, "NodeNameToVictims": {"n1": {"Pods": [{"spec": {}}]}}}, "metadata must be an object"),
+        ({"Pod": {"metadata": {}}, "NodeNameToVictims": {"n1": {"Pods": [{"spec": {}}]}}}, "metadata: is required (an object)"),
         ({"Pod": {"metadata": {}}, "NodeNameToVictims": {}, "NodeNameToMetaVictims": {}}, "not both"),
     ],
 )
@@ -129,7 +129,7 @@ def test_malformed_preemption_args_get_400_with_a_reason(harness: Harness, body:
     client = harness.client(service)
     status, raw = client.post_raw("/preempt", json.dumps(body).encode())
     assert status == 400, raw
-    assert fragment in json.loads(raw)["Error"]
+    assert fragment in json.loads(raw)["error"]
     pod = _pod(harness, "ok", 10, 5)
     status, result = client.post("preempt", {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": {}})
     assert (status, result) == (200, {"NodeNameToMetaVictims": {}}), "the server keeps serving"
