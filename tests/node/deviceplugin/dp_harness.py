@@ -21,6 +21,7 @@ from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
 from tessera_node.testing.binder import ExtenderStandIn
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
+from tessera_node.testing.kubelet_versions import KUBELET_1_30, KubeletVersion
 
 NODE = "gpu-node-1"
 POOL = "pool-a"
@@ -40,6 +41,7 @@ class Harness:
     sharing: str = "fixed-share"
     pools: dict[str, Any] | None = None  # the pools file's document; None = no pools file
     evict: bool = True
+    version: KubeletVersion = KUBELET_1_30  # the release our stacks pin
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dp", dir="/tmp")))
 
     def __post_init__(self) -> None:
@@ -55,7 +57,7 @@ class Harness:
             self.settings = replace(self.settings, pools_file=self.root / "pools.json")
             self.write_pools(self.pools)
         self.registry = ContainerRegistry(self.settings.state_dir)
-        self.kubelet = KubeletEmulator(self.settings.device_plugin_dir, self.settings.pod_resources_socket, self.kube).start()
+        self.kubelet = KubeletEmulator(self.settings.device_plugin_dir, self.settings.pod_resources_socket, self.kube, version=self.version).start()
         self.plugin: DevicePlugin | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
