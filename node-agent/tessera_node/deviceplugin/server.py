@@ -117,12 +117,14 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         self,
         state: PluginState,
         prestart: PreStart,
-        before_allocate: Callable[[], None] = lambda: None,
+        before_allocate: Callable[[Sequence[str]], None] = lambda tokens: None,
         timings: RpcTimings | None = None,
     ) -> None:
         self._state = state
         self._prestart = prestart
-        self._before_allocate = before_allocate  # brings allocate settings up to date (pool policy)
+        # Told every Allocate's device IDs before it is answered (PodResources lookups rely on
+        # seeing every assignment), and brings allocate settings up to date (pool policy).
+        self._before_allocate = before_allocate
         self.timings = timings or RpcTimings()
         # The answer depends only on the settings (node-wide facts): built once per settings.
         self._answer_cache: tuple[AllocateSettings, dp.ContainerAllocateResponse] | None = None
@@ -151,7 +153,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
 
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:
         began, cpu = time.perf_counter(), time.thread_time()
-        self._before_allocate()
+        self._before_allocate([t for req in request.container_requests for t in req.devices_ids])
         inventory, settings = self._state.inventory, self._state.allocate_settings
         responses = []
         try:
