@@ -142,20 +142,25 @@ class ListAnswer:
     def _pod_spans(self) -> list[tuple[int, int]] | None:
         if self._spans is None and self._decoded is None:
             blob, i, end, spans = self.blob, 0, len(self.blob), []
-            while i < end:
-                tag, i = blob[i], i + 1
-                length, shift = 0, 0
-                while True:
-                    byte, i = blob[i], i + 1
-                    length |= (byte & 0x7F) << shift
-                    if byte < 0x80:
-                        break
-                    shift += 7
-                if tag != 0x0A:  # not `pod_resources`: read it the slow, general way
-                    self._decoded = pr.ListPodResourcesResponse.FromString(blob)
-                    return None
-                spans.append((i, i + length))
-                i += length
+            try:
+                while i < end:
+                    tag, i = blob[i], i + 1
+                    length, shift = 0, 0
+                    while True:
+                        byte, i = blob[i], i + 1
+                        length |= (byte & 0x7F) << shift
+                        if byte < 0x80:
+                            break
+                        shift += 7
+                    if tag != 0x0A or i + length > end:
+                        raise ValueError("not a plain list of pods")
+                    spans.append((i, i + length))
+                    i += length
+            except (IndexError, ValueError):
+                # Fields this client does not expect, or not protobuf at all: the general decoder
+                # reads the former and raises a clear error for the latter.
+                self._decoded = pr.ListPodResourcesResponse.FromString(blob)
+                return None
             self._spans, self._starts = spans, [s for s, _ in spans]
         return self._spans
 

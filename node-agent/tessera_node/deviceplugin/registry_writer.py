@@ -21,14 +21,20 @@ class RegistryWriter:
     container may start stays synchronous, and the writer waits for a quiet gap (`quiet_s` without
     a container start, at most `max_delay_s` after the oldest waiting record), then writes every
     record queued by then in one rewrite: a burst of N starts costs one write, not N writes of N
-    records each. A record lost to a crash in between is restored by `DevicePlugin.reconcile`,
-    and the agent rebuilds its registry from pods on its own as well.
+    records each. Writes are also at least `min_interval_s` apart (within `max_delay_s`): pods
+    started one at a time, a little more than `quiet_s` apart, otherwise cost one full rewrite
+    per start — measured, ~200 rewrites of up to 250 records in a 250-pod run on a loaded
+    machine, the plugin's largest CPU cost after the lookups were fixed. A record lost to a crash
+    in between is restored by `DevicePlugin.reconcile`, and the agent rebuilds its registry from
+    pods on its own as well.
     """
 
-    def __init__(self, registry: ContainerRegistry, *, quiet_s: float = 0.05, max_delay_s: float = 2.0) -> None:
+    def __init__(self, registry: ContainerRegistry, *, quiet_s: float = 0.05, max_delay_s: float = 2.0, min_interval_s: float = 0.5) -> None:
         self._registry = registry
         self._quiet_s = quiet_s
         self._max_delay_s = max_delay_s
+        self._min_interval_s = min_interval_s
+        self._last_write = float("-inf")
         self._last_activity = float("-inf")
         self._queue: queue.Queue[tuple[float, RegisteredContainer] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="registry-writer", daemon=True)
@@ -46,10 +52,14 @@ class RegistryWriter:
     def _wait_for_quiet(self, queued_at: float) -> None:
         while True:
             now = time.monotonic()
-            quiet_for = now - self._last_activity
-            if quiet_for >= self._quiet_s or now - queued_at >= self._max_delay_s:
+            deadline = queued_at + self._max_delay_s
+            if now >= deadline:
                 return
-            time.sleep(min(self._quiet_s - quiet_for, queued_at + self._max_delay_s - now))
+            quiet_in = self._last_activity + self._quiet_s - now
+            spaced_in = self._last_write + self._min_interval_s - now
+            if quiet_in <= 0 and spaced_in <= 0:
+                return
+            time.sleep(min(max(quiet_in, spaced_in), deadline - now))
 
     def _drain(self) -> None:
         stopping = False
@@ -74,6 +84,7 @@ class RegistryWriter:
             try:
                 self._registry.register_all(batch.values())
                 self.writes += 1
+                self._last_write = time.monotonic()
             except Exception:  # a write failure must not kill the writer; reconcile retries later
                 log.exception("cannot write registry records %s", sorted(str(k) for k in batch))
             finally:
@@ -82,6 +93,6 @@ class RegistryWriter:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Write what is queued, then stop."""
-        self._last_activity = float("-inf")
+        self._last_activity = self._last_write = float("-inf")
         self._queue.put(None)
         self._thread.join(timeout_s)
