@@ -347,9 +347,12 @@ class DevicePlugin:
     def reconcile(self, *, give_way: bool = False) -> bool:
         """Make the registry match kubelet's PodResources and the pods' allocation records.
         With `give_way`, stops without changing anything as soon as an Allocate or
-        PreStartContainer comes in, and returns False (the caller retries later)."""
+        PreStartContainer comes in, and returns False (the caller retries later); so it does
+        while no kubelet has accepted the plugin (nothing to ask)."""
         if give_way and self._rpcs_active():
             return False  # a start arrived since the caller looked: do not spend a List on it
+        if self._registered_with is None:
+            return False  # no kubelet to ask yet (not started, or restarting): try again shortly
         # Snapshot before listing: a container registered by a PreStartContainer that runs while we
         # reconcile is newer than our PodResources answer and must not be dropped.
         before = self._registry.all()

@@ -274,10 +274,11 @@ class PodResourcesClient:
         return self._list_from(fresh_enough).holders_of(wanted)
 
     def list_holders(self) -> list[TokenHolder]:
-        """Every container holding the resource, from a List that began after this call."""
+        """Every container holding the resource, from a List that began after this call. For
+        background work: fails at once while kubelet is down instead of waiting for it."""
         with self._lock:
             needed = self._lists_started + 1
-        return self._list_from(needed).all_holders()
+        return self._list_from(needed, wait_for_ready=False).all_holders()
 
     def _confirm(self, hint: TokenHolder, wanted: frozenset[str]) -> TokenHolder | None:
         """`hint` if kubelet's Get says that pod's container still holds exactly `wanted`."""
@@ -308,7 +309,7 @@ class PodResourcesClient:
             self.get_unavailable_reason,
         )
 
-    def _list_from(self, needed: int) -> ListAnswer:
+    def _list_from(self, needed: int, *, wait_for_ready: bool = True) -> ListAnswer:
         """The answer of List number `needed` or a later one: joins one under way, else lists."""
         with self._lock:
             while True:
@@ -324,7 +325,7 @@ class PodResourcesClient:
         answer: ListAnswer | None = None
         try:
             self.lists += 1
-            blob = self._call(self._list_raw, pr.ListPodResourcesRequest())
+            blob = self._call(self._list_raw, pr.ListPodResourcesRequest(), wait_for_ready=wait_for_ready)
             answer = ListAnswer(blob, number, allocates_before, self._resource)
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
@@ -338,14 +339,15 @@ class PodResourcesClient:
                 self._lock.notify_all()
         return answer
 
-    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+    def _call(self, method: Callable[..., Any], request: Any, *, wait_for_ready: bool = True) -> Any:
         """One unary call, retried while kubelet's rate limit rejects it, within the timeout.
-        Waits for the channel (a kubelet restarting comes back within the timeout)."""
+        By default it waits for the channel: kubelet is calling us, so a PodResources socket
+        that is not connected yet is one coming back after a restart."""
         deadline = self._clock() + self._timeout
         delay = _RETRY_FIRST_S
         while True:
             try:
-                return method(request, timeout=max(deadline - self._clock(), 0.001), wait_for_ready=True)
+                return method(request, timeout=max(deadline - self._clock(), 0.001), wait_for_ready=wait_for_ready)
             except grpc.RpcError as exc:
                 limited = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and exc.details() == KUBELET_RATE_LIMITED
                 if not limited or self._clock() + delay >= deadline:

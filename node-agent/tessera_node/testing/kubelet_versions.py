@@ -11,7 +11,7 @@ docs/device-plugin.md "kubelet versions"):
     gate off:       `PodResources API Get method disabled`
     pod not known:  `pod <name> in namespace <namespace> not found`
   (seen from outside as `rpc error: code = Unknown desc = PodResources API Get method disabled`
-  in NVIDIA's GPU operator troubleshooting notes). Before 1.27 the v1 service had no `Get`, and
+  in NVIDIA's confidential-containers troubleshooting notes, where a runtime calls Get). Before 1.27 the v1 service had no `Get`, and
   grpc-go answers an unknown method with UNIMPLEMENTED `unknown method Get for service
   v1.PodResourcesLister`.
 - Rate limit of the PodResources server (`pkg/kubelet/server/server.go` `ListenAndServePodResources`
