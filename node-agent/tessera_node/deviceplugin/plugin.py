@@ -94,6 +94,11 @@ class DevicePluginSettings:
     Default 60 s: kubelet may reset extended resources it does not own after it restarts."""
     reconcile_s: float = 30.0
     """Re-derive the registry from PodResources and pods this often. Default 30 s."""
+    pod_resources_prefetch: bool = True
+    """After each Allocate, look up in the background (a PodResources List, at most 50/s) who got
+    the devices, so PreStartContainer usually answers without calling kubelet. Default on: kubelet
+    starts a container well after admitting it, and it halved PreStartContainer's p50 pod by pod
+    (docs/benchmarks.md). Off: one List per start that misses, as before."""
     pools_file: Path | None = None
     """The mounted `tessera-pools` ConfigMap (`--pools-file`, default $TESSERA_POOLS_FILE). Default
     None = node labels alone; the DaemonSet always sets it, so the plugin and the agent follow the
@@ -136,8 +141,10 @@ class DevicePlugin:
         self._policy_inputs: tuple[Mapping[str, str], Mapping[str, Any]] | None = None  # what `_policy` was derived from
         self._evictor = Evictor(settings.eviction, kube, settings.node_name)
         self.state = PluginState(Inventory(()), settings.allocate)
-        self._pod_resources = PodResourcesClient(settings.pod_resources_socket)
-        self._servicer = DevicePluginServicer(self.state, self.prestart, before_allocate=self._before_allocate)
+        self._pod_resources = PodResourcesClient(settings.pod_resources_socket, prefetch_gap_s=0.02 if settings.pod_resources_prefetch else 0.0)
+        self._servicer = DevicePluginServicer(
+            self.state, self.prestart, before_allocate=self._before_allocate, after_allocate=self._pod_resources.after_allocate
+        )
         self._last_rpc = float("-inf")  # when an Allocate or PreStartContainer last began (`clock`)
         self._server = PluginServer(settings.device_plugin_dir / settings.endpoint, self._servicer)
         self._health = HealthTracker(settings.health, ())

@@ -207,12 +207,19 @@ class PodResourcesClient:
     - otherwise (no holder, a stale one, or no Get): `List` again, one that begins after this
       call arrived. Concurrent misses (kubelet's pod workers start containers in parallel) share
       one such List.
+    - and, by `after_allocate`, a List in the background shortly after each Allocate: kubelet
+      records the assignment as soon as Allocate returns and starts the container later, so a
+      start usually finds its holder in a List that began after its Allocate (first bullet), or
+      joins that List while it is under way.
     `Get` unavailable (see `GetAnswer`) is remembered for the process lifetime and logged once;
     a pod that Get does not know is a miss, not a reason to stop using Get. A call kubelet
     rejects for its rate limit is retried until the call's deadline.
     """
 
-    def __init__(self, socket_path: Path, *, timeout_s: float = 2.0, resource: str = GPU_CORE, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, socket_path: Path, *, timeout_s: float = 2.0, resource: str = GPU_CORE, clock: Callable[[], float] = time.monotonic,
+        prefetch_gap_s: float = 0.02,
+    ) -> None:
         self._socket = socket_path
         self._timeout = timeout_s
         self._resource = resource
@@ -230,7 +237,14 @@ class PodResourcesClient:
         # Single-flight List: numbered as they start; a caller needs one numbered after its arrival.
         self._lists_started = 0
         self._listing = False
+        self._listing_allocates_before = 0  # of the List under way
         self._last: ListAnswer | None = None
+        # Looking up, in the background, who got the devices of the last Allocate (see after_allocate).
+        self._prefetch_gap_s = prefetch_gap_s
+        self._prefetch_for = 0  # Allocate count the lookup should cover
+        self._prefetch_thread: threading.Thread | None = None
+        self._closed = False
+        self.prefetches = 0
         self.lists = 0  # List calls made, for tests and benchmarks
         self.gets = 0
         self.answered_from_last_list = 0
@@ -244,6 +258,48 @@ class PodResourcesClient:
             number = self._allocates
             for token in tokens:
                 self._last_allocate[token] = number
+
+    def after_allocate(self) -> None:
+        """An Allocate is being answered. kubelet records the assignment as soon as it has the
+        answer and starts the container later (after creating the pod sandbox, in practice
+        100 ms or more), so a List made now in the background usually lets PreStartContainer
+        answer without calling kubelet. At most one such List at a time, `prefetch_gap_s` apart
+        (50/s at most, half kubelet's budget for all its clients), and none while a List that
+        began after this Allocate is under way."""
+        if self._prefetch_gap_s <= 0:
+            return
+        with self._lock:
+            self._prefetch_for = self._allocates
+            if self._prefetch_thread is None and not self._closed:
+                self._prefetch_thread = threading.Thread(target=self._prefetch_loop, name="podresources-prefetch", daemon=True)
+                self._prefetch_thread.start()
+            self._lock.notify_all()
+
+    def _covered(self) -> int:
+        """Allocates a List begun so far covers (callers hold the lock)."""
+        if self._listing:
+            return self._listing_allocates_before
+        return self._last.allocates_before if self._last is not None else 0
+
+    def _prefetch_loop(self) -> None:
+        last_start = float("-inf")
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._closed or self._prefetch_for > self._covered())
+                if self._closed:
+                    return
+            # Let the Allocate answer reach kubelet first, and keep to the rate.
+            time.sleep(max(0.001, last_start + self._prefetch_gap_s - self._clock()))
+            with self._lock:
+                if self._closed or self._prefetch_for <= self._covered():
+                    continue
+                needed = self._lists_started + 1
+            last_start = self._clock()
+            try:
+                self._list_from(needed, wait_for_ready=False)
+                self.prefetches += 1  # background Lists answered, for tests and benchmarks
+            except PodResourcesError as exc:
+                log.debug("background PodResources List failed: %s", exc)
 
     @property
     def get_usable(self) -> bool:
@@ -271,7 +327,24 @@ class PodResourcesClient:
                 confirmed = self._confirm(known[0], wanted)
                 if confirmed is not None:
                     return [confirmed]
+        joined = self._join_list_under_way(wanted)
+        if joined:
+            return joined
         return self._list_from(fresh_enough).holders_of(wanted)
+
+    def _join_list_under_way(self, wanted: frozenset[str]) -> list[TokenHolder]:
+        """The holder from a List already under way that began after the tokens' Allocate (a
+        background one, usually), if it names one and no Allocate named the tokens since."""
+        with self._lock:
+            newest = max(self._last_allocate.get(t, 0) for t in wanted)
+            if not self._listing or self._listing_allocates_before < newest:
+                return []
+            number = self._lists_started
+        answer = self._list_from(number)
+        with self._lock:
+            if any(self._last_allocate.get(t, 0) > answer.allocates_before for t in wanted):
+                return []
+        return answer.holders_of(wanted)
 
     def list_holders(self) -> list[TokenHolder]:
         """Every container holding the resource, from a List that began after this call. For
@@ -321,7 +394,7 @@ class PodResourcesClient:
             self._listing = True
             self._lists_started += 1
             number = self._lists_started
-            allocates_before = self._allocates
+            allocates_before = self._listing_allocates_before = self._allocates
         answer: ListAnswer | None = None
         try:
             self.lists += 1
@@ -367,4 +440,9 @@ class PodResourcesClient:
         )
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        if self._prefetch_thread is not None:
+            self._prefetch_thread.join(self._timeout + 1)
         self._channel.close()

@@ -118,6 +118,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         state: PluginState,
         prestart: PreStart,
         before_allocate: Callable[[Sequence[str]], None] = lambda tokens: None,
+        after_allocate: Callable[[], None] = lambda: None,
         timings: RpcTimings | None = None,
     ) -> None:
         self._state = state
@@ -125,6 +126,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         # Told every Allocate's device IDs before it is answered (PodResources lookups rely on
         # seeing every assignment), and brings allocate settings up to date (pool policy).
         self._before_allocate = before_allocate
+        self._after_allocate = after_allocate  # an accepted Allocate is about to be answered
         self.timings = timings or RpcTimings()
         # The answer depends only on the settings (node-wide facts): built once per settings.
         self._answer_cache: tuple[AllocateSettings, dp.ContainerAllocateResponse] | None = None
@@ -163,6 +165,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
             self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
+        self._after_allocate()
         return dp.AllocateResponse(container_responses=responses)
 
     def _answer(self, inventory: Inventory, tokens: Sequence[str], settings: AllocateSettings) -> dp.ContainerAllocateResponse:

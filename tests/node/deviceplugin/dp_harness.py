@@ -42,6 +42,7 @@ class Harness:
     pools: dict[str, Any] | None = None  # the pools file's document; None = no pools file
     evict: bool = True
     version: KubeletVersion = KUBELET_1_30  # the release our stacks pin
+    prefetch: bool = True  # the plugin's background List after each Allocate
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dp", dir="/tmp")))
 
     def __post_init__(self) -> None:
@@ -51,7 +52,7 @@ class Harness:
         self.backend = SimulatedBackend.from_spec(self.spec, node_seed=NODE)
         self.settings = replace(
             FAST, device_plugin_dir=self.root / "dp", pod_resources_socket=self.root / "pr" / "kubelet.sock", state_dir=self.root / "state",
-            eviction=replace(FAST.eviction, enabled=self.evict),
+            eviction=replace(FAST.eviction, enabled=self.evict), pod_resources_prefetch=self.prefetch,
         )
         if self.pools is not None:
             self.settings = replace(self.settings, pools_file=self.root / "pools.json")

@@ -258,3 +258,38 @@ def test_a_list_answer_names_only_real_holders(pods: list[pr.PodResources], extr
     assert answer.holders_of(frozenset({"gpu0-core000"})) == [TokenHolder("ns", "real", "main", frozenset({"gpu0-core000"}))]
     assert answer.holders_of(frozenset({"gpu5-core000"})) == []
     assert sorted(h.pod for h in answer.all_holders()) == sorted(p.name for p in pods)
+
+
+def test_after_an_allocate_a_background_list_lets_the_start_answer_without_calling_kubelet(serve) -> None:  # type: ignore[no-untyped-def]
+    kubelet = Kubelet(KUBELET_1_30)
+    client = PodResourcesClient(serve(kubelet), prefetch_gap_s=0.02)
+    for i in range(5):
+        tokens = _tokens(0, 2 * i)
+        client.note_allocate(tokens)
+        kubelet.pods = [*kubelet.pods, _pod(f"p{i}", tokens)]  # kubelet records it once Allocate returned
+        client.after_allocate()
+        deadline = time.monotonic() + 2
+        while client.prefetches <= i and time.monotonic() < deadline:  # kubelet creates the sandbox meanwhile
+            time.sleep(0.005)
+        lists = kubelet.calls["List"]
+        assert [h.pod for h in client.holders_of(tokens)] == [f"p{i}"]
+        assert kubelet.calls["List"] == lists, "the start was answered from the background List"
+    client.close()
+
+
+def test_background_lists_are_spaced_and_never_trusted_over_a_later_allocate(serve) -> None:  # type: ignore[no-untyped-def]
+    """A burst of 40 Allocates within ~0.1 s costs a handful of background Lists (20 ms apart),
+    not 40; tokens given away again after a List are looked up again."""
+    kubelet = Kubelet(KUBELET_1_30)
+    client = PodResourcesClient(serve(kubelet), prefetch_gap_s=0.02)
+    for i in range(40):
+        client.note_allocate(_tokens(i % 8, 10 * (i // 8)))
+        kubelet.pods = [*kubelet.pods, _pod(f"p{i}", _tokens(i % 8, 10 * (i // 8)))]
+        client.after_allocate()
+        time.sleep(0.0025)
+    time.sleep(0.2)
+    assert 1 <= kubelet.calls["List"] <= 10, kubelet.calls
+    kubelet.pods = [p for p in kubelet.pods if p.name != "p0"] + [_pod("q", _tokens(0, 0))]  # p0 left, q got its tokens
+    client.note_allocate(_tokens(0, 0))
+    assert [h.pod for h in client.holders_of(_tokens(0, 0))] == ["q"]
+    client.close()
