@@ -50,6 +50,7 @@ _CHANNEL_OPTIONS = [
 KUBELET_GET_DISABLED = "PodResources API Get method disabled"
 KUBELET_RATE_LIMITED = "rejected by rate limit"
 _RETRY_FIRST_S = 0.01  # one token of kubelet's bucket at 100/s
+_PREFETCH_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -296,9 +297,12 @@ class PodResourcesClient:
                 needed = self._lists_started + 1
             last_start = self._clock()
             try:
-                self._list_from(needed, wait_for_ready=False)
+                self._list_from(needed, wait_for_ready=False, retry_rate_limited=False)
                 self.prefetches += 1  # background Lists answered, for tests and benchmarks
             except PodResourcesError as exc:
+                # kubelet down, or its rate limit reached (other clients are busy): back off, the
+                # starts list for themselves meanwhile.
+                last_start = self._clock() + _PREFETCH_BACKOFF_S
                 log.debug("background PodResources List failed: %s", exc)
 
     @property
@@ -382,7 +386,7 @@ class PodResourcesClient:
             self.get_unavailable_reason,
         )
 
-    def _list_from(self, needed: int, *, wait_for_ready: bool = True) -> ListAnswer:
+    def _list_from(self, needed: int, *, wait_for_ready: bool = True, retry_rate_limited: bool = True) -> ListAnswer:
         """The answer of List number `needed` or a later one: joins one under way, else lists."""
         with self._lock:
             while True:
@@ -398,7 +402,7 @@ class PodResourcesClient:
         answer: ListAnswer | None = None
         try:
             self.lists += 1
-            blob = self._call(self._list_raw, pr.ListPodResourcesRequest(), wait_for_ready=wait_for_ready)
+            blob = self._call(self._list_raw, pr.ListPodResourcesRequest(), wait_for_ready=wait_for_ready, retry_rate_limited=retry_rate_limited)
             answer = ListAnswer(blob, number, allocates_before, self._resource)
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
@@ -412,7 +416,7 @@ class PodResourcesClient:
                 self._lock.notify_all()
         return answer
 
-    def _call(self, method: Callable[..., Any], request: Any, *, wait_for_ready: bool = True) -> Any:
+    def _call(self, method: Callable[..., Any], request: Any, *, wait_for_ready: bool = True, retry_rate_limited: bool = True) -> Any:
         """One unary call, retried while kubelet's rate limit rejects it, within the timeout.
         By default it waits for the channel: kubelet is calling us, so a PodResources socket
         that is not connected yet is one coming back after a restart."""
@@ -423,7 +427,7 @@ class PodResourcesClient:
                 return method(request, timeout=max(deadline - self._clock(), 0.001), wait_for_ready=wait_for_ready)
             except grpc.RpcError as exc:
                 limited = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and exc.details() == KUBELET_RATE_LIMITED
-                if not limited or self._clock() + delay >= deadline:
+                if not limited or not retry_rate_limited or self._clock() + delay >= deadline:
                     raise
                 with self._lock:
                     self.rate_limited += 1

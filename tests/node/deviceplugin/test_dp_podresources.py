@@ -293,3 +293,19 @@ def test_background_lists_are_spaced_and_never_trusted_over_a_later_allocate(ser
     client.note_allocate(_tokens(0, 0))
     assert [h.pod for h in client.holders_of(_tokens(0, 0))] == ["q"]
     client.close()
+
+
+def test_a_background_list_gives_way_to_kubelets_rate_limit(serve) -> None:  # type: ignore[no-untyped-def]
+    """When kubelet's budget is spent (other clients), the background List is not retried; the
+    start lists for itself, retrying until kubelet lets it."""
+    kubelet = Kubelet(KubeletVersion("1.30", has_get=True, get_enabled=False, qps=1, burst=1))
+    client = PodResourcesClient(serve(kubelet), prefetch_gap_s=0.02)
+    kubelet.server.limiter.allow()  # another client took the one token
+    client.note_allocate(_tokens(0, 0))
+    kubelet.pods = [_pod("a", _tokens(0, 0))]
+    client.after_allocate()
+    time.sleep(0.05)
+    assert client.prefetches == 0 and kubelet.server.limiter.rejected >= 1, "test setup: the background List was rejected"
+    assert [h.pod for h in client.holders_of(_tokens(0, 0))] == ["a"]
+    assert client.rate_limited >= 1, "the start retried past the limit"
+    client.close()
