@@ -19,11 +19,11 @@ from tessera_node.agent.loop import Agent, AgentDeps
 from tessera_node.agent.memory import ProcessKiller, SignalKiller
 from tessera_node.agent.metrics import serve_metrics
 from tessera_node.agent.mps import FakeProcessRunner, MpsSupervisor, ProcessRunner, SubprocessRunner
+from tessera_node.agent.pools import PoolsFileError, load_pools_file
 from tessera_node.agent.registry import ContainerRegistry, MemoryEnforcement, PoolPolicy, RegistryCorrupt, SharingPolicy
 from tessera_node.agent.settings import AgentSettings
-from tessera_node.agent.pools import PoolsFileError, load_pools_file
-from tessera_node.demo_paths import DefaultPath, demo_root, resolve
 from tessera_node.agent.simscript import ProcessScriptError, ScriptedBackend, SimulatedKiller, load_process_script
+from tessera_node.demo_paths import DefaultPath, demo_root, resolve
 from tessera_node.gpu.backend import GpuBackend, GpuBackendError
 
 _log = logging.getLogger("tessera.agent")
