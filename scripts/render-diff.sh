@@ -16,7 +16,8 @@
 #            requirements.txt differs, its dependencies go into a scratch virtualenv first.
 set -euo pipefail
 
-readonly ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+readonly ROOT
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 
 usage() {
