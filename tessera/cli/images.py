@@ -40,6 +40,7 @@ def register(sub: Any) -> None:
     lock.add_argument("--tessera", required=True, metavar="REPOSITORY:TAG", help="the Tessera image the release pushed, e.g. ghcr.io/acme/tessera:0.2.0")
     lock.add_argument("--release", default=None, help="release name recorded in the lock, e.g. v0.2.0")
     lock.add_argument("--resolve-command", default="crane digest", metavar="CMD", help="prints the digest of the ref appended to it (default: 'crane digest')")
+    lock.add_argument("--expect-tessera-digest", default=None, metavar="DIGEST", help="fail unless the registry reports this digest for --tessera (the one the build pushed)")
     lock.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="lock file to write, e.g. stacks/images.lock.json")
     lock.set_defaults(handler=run_lock)
     pin = actions.add_parser("pin", help="write a lock's digests into stack files (those with a tessera:images section)")
@@ -87,6 +88,9 @@ def run_lock(args: argparse.Namespace) -> int:
         tessera = parse_ref(args.tessera)
         refs = [ref for file in expand(args.stack_files) for ref in stack_refs(_load(file), tessera)]
         lock = build_lock(tessera, refs, resolver(args.resolve_command), args.release)
+        expected = args.expect_tessera_digest
+        if expected is not None and lock.digest(tessera) != expected:
+            raise LockError([f"{tessera}: the registry reports {lock.digest(tessera)}, the build pushed {expected}"])
     except LockError as error:
         return _fail(error.lines)
     try:

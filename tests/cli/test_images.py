@@ -193,3 +193,10 @@ def test_policy_config_of_an_invalid_stack_is_exit_2(capsys: pytest.CaptureFixtu
     (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  tessera:images: {requireDigests: maybe}\n")
     code, out, err = _run(capsys, "policy-config", tmp_path / "Pulumi.bad.yaml")
     assert code == 2 and out == "" and "images.requireDigests" in err
+
+
+def test_lock_refuses_a_tessera_digest_other_than_the_one_pushed(capsys: pytest.CaptureFixture[str], crane: Path, stacks: Path) -> None:
+    pushed = "sha256:" + hashlib.sha256(b"what the build pushed").hexdigest()
+    code, _, err = _run(capsys, "lock", stacks, "--tessera", RELEASED, "--resolve-command", f"{crane} digest", "--expect-tessera-digest", pushed, "-o", stacks / "images.lock.json")
+    assert code == 2 and f"{RELEASED}: the registry reports {_digest(RELEASED)}, the build pushed {pushed}" in err
+    assert not (stacks / "images.lock.json").exists()
