@@ -244,3 +244,28 @@ def test_exit_codes_through_a_real_process(tmp_path: Path) -> None:
     changed = subprocess.run([*run, str(_write(tmp_path / "h", {}))], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert (same.returncode, changed.returncode) == (0, 1)
     assert "2 removed" in changed.stdout
+
+
+# the example in docs/operations.md: two one-line edits of the dev stack
+DOC_EDITS = [
+    ("        policy: fixed-share\n", "        policy: best-effort\n"),
+    ("    - {namespace: team-a, gpuCore: 200, gpuMemoryMiB: 16384}\n", "    - {namespace: team-a, gpuCore: 200, gpuMemoryMiB: 16384}\n    - {namespace: team-b, gpuCore: 100}\n"),
+]
+
+
+def test_operations_doc_shows_the_real_pr_comment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ROOT / "stacks" / "Pulumi.dev.yaml").read_text()
+    head = text
+    for old, new in DOC_EDITS:
+        assert head.count(old) == 1, old
+        head = head.replace(old, new)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "head").mkdir()
+    (tmp_path / "base" / "Pulumi.dev.yaml").write_text(text)
+    (tmp_path / "head" / "Pulumi.dev.yaml").write_text(head)
+    code, out, _ = _diff(capsys, tmp_path / "base" / "Pulumi.dev.yaml", tmp_path / "head" / "Pulumi.dev.yaml", "--format", "markdown", "--title", "Rendered manifests: dev")
+    assert code == 1
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    start = doc.index("<!-- diff-sample: dev -->\n```markdown\n") + len("<!-- diff-sample: dev -->\n```markdown\n")
+    shown = doc[start : doc.index("```\n<!-- /diff-sample -->", start)]
+    assert shown == out, "docs/operations.md's example comment is stale: paste the output of this test's command"
