@@ -36,7 +36,7 @@ class ImageRef(ConfigModel):
 
     repository: ImageRepository = Field(description="Image repository without tag or digest.")
     tag: ImageTag | None = Field(default=None, description="Image tag.")
-    digest: ImageDigest | None = Field(default=None, description="Image digest (sha256:...); pins the exact image.")
+    digest: ImageDigest | None = Field(default=None, description="Image digest (sha256:...) as the registry reports it; pins the exact image. Written by the release workflow (`tessera images pin`); placeholder-looking digests (repeated or patterned hex) are refused.")
 
     def ref(self, default_tag: str | None = None) -> str:
         """repository[:tag][@digest], using ``default_tag`` when no tag is set."""
@@ -56,7 +56,7 @@ class ImagesConfig(ConfigModel):
         default_factory=lambda: ImageRef(repository=DEFAULT_KUBE_SCHEDULER_REPOSITORY),
         description=f"The kube-scheduler image run as tessera-scheduler. Default {DEFAULT_KUBE_SCHEDULER_REPOSITORY} with tag v<cluster.kubernetesVersion>.",
     )
-    require_digests: bool = Field(default=False, description="Refuse images without a digest (set it in production so deploys are reproducible).")
+    require_digests: bool = Field(default=False, description="Refuse images without a digest, here and in the policy pack (`tessera images policy-config`). The release workflow turns it on when it pins a stack's images; leave it off until a release has published digests.")
     pull_policy: PullPolicy = Field(default="IfNotPresent", description="imagePullPolicy of Tessera's pods.")
     pull_secrets: list[DnsLabel] = Field(default_factory=list, description="Names of image pull Secrets in Tessera's namespace.")
 

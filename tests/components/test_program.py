@@ -142,8 +142,9 @@ def test_every_resource_is_a_child_of_the_one_top_level_component(tke_stack: tup
 
 
 def test_declared_resources_pass_the_policy_pack(tke_stack: tuple[StackConfig, Declared]) -> None:
-    _, declared = tke_stack
-    violations = [(r.name, v) for r in declared.resources for v in evaluate(r.typ, r.inputs, PolicySettings())]
+    config, declared = tke_stack
+    settings = PolicySettings(require_image_digests=config.images.require_digests)  # as `tessera images policy-config` sets it
+    violations = [(r.name, v) for r in declared.resources for v in evaluate(r.typ, r.inputs, settings)]
     assert violations == []
 
 
