@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TRACES = Path(os.environ.get("TESSERA_TRACES", "/work/shared/traces/openb"))
 _REPO_TRACES = Path(__file__).parent / "traces" / "openb"
 TARGETS = ("extender-filter", "extender-healthz", "extender-404", "webhook", "agent-metrics")
 
@@ -269,8 +268,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--generator", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio")
-    default_nodes = _REPO_TRACES / "openb_node_list_gpu_node.csv"
-    parser.add_argument("--nodes", type=Path, default=default_nodes if default_nodes.exists() else TRACES / "openb_node_list_gpu_node.csv")
+    parser.add_argument("--nodes", type=Path, default=_REPO_TRACES / "openb_node_list_gpu_node.csv")
     # child modes
     parser.add_argument("--serve", choices=["webhook", "agent-metrics"], help=argparse.SUPPRESS)
     parser.add_argument("--ca-file", help=argparse.SUPPRESS)

@@ -97,6 +97,11 @@ class ListOf(Shape):
         if type(value) is not list:
             raise ShapeError(path, f"must be an array, got {_kind(value)}")
         for index, item in enumerate(value):
+            if item is None and isinstance(self.item, Struct):
+                # Go would decode it to an empty struct, but no API server stores a null list
+                # entry (a container without a name fails validation): refuse it rather than
+                # hand the core a container that is not there
+                raise ShapeError(f"{path}[{index}]", "must be an object, got null")
             self.item.check(item, f"{path}[{index}]")
 
 

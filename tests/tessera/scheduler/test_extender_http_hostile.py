@@ -72,6 +72,7 @@ LIMITS = f'Pod.spec.containers[0].resources.limits["{GPU_CORE}"]'
         ("filter", _with("Pod.spec", []), "Pod.spec", "must be an object, got array"),
         ("filter", _with("Pod.spec.containers", {"main": {}}), "Pod.spec.containers", "must be an array"),
         ("filter", _with("Pod.spec.containers.0", "main"), "Pod.spec.containers[0]", "must be an object"),
+        ("filter", _with("Pod.spec.containers.0", None), "Pod.spec.containers[0]", "must be an object, got null"),
         ("filter", _with("Pod.spec.containers.0.name", 7), "Pod.spec.containers[0].name", "must be a string, got integer"),
         ("filter", _with("Pod.spec.containers.0.resources.limits", ["30"]), "Pod.spec.containers[0].resources.limits", "must be an object"),
         ("filter", _with(CORE, "thirty"), LIMITS, "not a Kubernetes quantity"),
