@@ -24,6 +24,8 @@ from typing import Any
 
 from tessera.kube.api import NotFound
 from tessera.webhook.admission import InvalidReview, review
+from tessera.webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tessera.webhook.metrics import WebhookMetrics, outcome_of
 from tessera.webhook.settings import WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH, WebhookSettings
 from tessera.webhook.tls import CertBundle, TlsApi, ensure_certificate, sync_ca_bundle
 
@@ -62,6 +64,7 @@ class WebhookHttpServer(ThreadingHTTPServer):
         self.webhook = webhook
         self.limits = settings
         self.draining = threading.Event()
+        self.metrics = WebhookMetrics()
         super().__init__((settings.host, settings.port), _Handler)
         self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
@@ -99,6 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, b"draining\n", "text/plain")
         elif self.path in ("/healthz", "/readyz"):
             self._send(200, b"ok\n", "text/plain")
+        elif self.path == "/metrics":
+            self._send(200, self.server.metrics.render(), METRICS_CONTENT_TYPE)
         else:
             self._send(404, b"not found\n", "text/plain")
 
@@ -115,6 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send(413 if length > 0 else 411, b"body missing or too large\n", "text/plain")
             return
+        started = time.perf_counter()
         raw = self.rfile.read(length)
         try:
             body = json.loads(raw)
@@ -123,11 +129,13 @@ class _Handler(BaseHTTPRequestHandler):
             answer = review(body, self.server.webhook, namespace_opted_in=path == WEBHOOK_QGPU_NAMESPACE_PATH)
         except (json.JSONDecodeError, UnicodeDecodeError, InvalidReview) as exc:
             self._send(400, json.dumps({"error": str(exc)}).encode())
+            self.server.metrics.observe("invalid", time.perf_counter() - started)
             return
         response = answer["response"]
         if not response["allowed"]:
             LOG.info("rejected pod (request %s): %s", response["uid"], response["status"]["message"])
         self._send(200, json.dumps(answer, separators=(",", ":")).encode())
+        self.server.metrics.observe(outcome_of(answer), time.perf_counter() - started)
 
 
 def load_bundle_into(context: ssl.SSLContext, bundle: CertBundle, directory: Path) -> None:
