@@ -14,6 +14,7 @@ from pydantic_core import PydanticUndefined
 
 from components.config.catalog import GPU_MODELS, INSTANCE_TYPES, default_gpu_software
 from components.config.cluster import ClusterConfig, Endpoint, KubeconfigSource, Subnet, SystemNodes
+from components.config.monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, Resources
 from components.config.platform import GpuOperatorConfig, ImageRef, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig, WebhookConfig
 from components.config.pools import (
     GpuDriverConfig,
@@ -57,6 +58,11 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("gpuOperator", GpuOperatorConfig),
     ("quotas[]", NamespaceQuota),
     ("monitoring", MonitoringConfig),
+    ("monitoring.kubePrometheusStack", KubePrometheusStackConfig),
+    ("monitoring.kubePrometheusStack.grafana", GrafanaConfig),
+    ("monitoring.kubePrometheusStack.prometheusResources, grafana.resources", Resources),
+    ("monitoring.dashboards", DashboardsConfig),
+    ("monitoring.alerts", AlertsConfig),
     ("webhook", WebhookConfig),
 )
 _ANCHORS = {model: heading for heading, model in SECTIONS}

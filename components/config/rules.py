@@ -10,6 +10,7 @@ from components.config.cluster import EXISTING_ONLY_FIELDS, TKE_ONLY_FIELDS, Clu
 from components.config.mig import cluster_mig_strategy, mig_resources, resolve_layout
 from components.config.pools import MigPool, PoolBase
 from components.config.problems import Problem, at
+from components.config.rules_monitoring import monitoring_problems
 from components.config.rules_pools import pool_problems, unique_name_problems
 from tessera.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
 
@@ -182,6 +183,7 @@ def _platform_problems(cfg: StackConfig) -> list[Problem]:
                 out.append(Problem(at("images", key, "digest"), "is required because images.requireDigests is true (pin the image: sha256:...)"))
     out += _scheduler_skew_problems(cfg)
     out += _quota_problems(cfg)
+    out += monitoring_problems(cfg)
     return out
 
 
