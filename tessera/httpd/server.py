@@ -75,6 +75,30 @@ class _Connection:
             pass  # already gone
 
 
+# how long a closing connection keeps discarding the client's unread bytes (see shutdown_request)
+_LINGER_S = 1.0
+
+
+def _linger(sock: socket.socket) -> None:
+    """Discard input until the client closes or `_LINGER_S` passes; returns at once when nothing
+    is pending (the common case: the client read the reply and closes its end)."""
+    deadline = time.monotonic() + _LINGER_S
+    try:
+        if not socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+            return  # the client closed its end: nothing to discard
+    except BlockingIOError:
+        return  # nothing unread: closing cannot reset anything
+    except OSError:
+        return
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            socket.socket.settimeout(sock, left)
+            if not socket.socket.recv(sock, 65536):
+                return
+        except OSError:
+            return
+
+
 class HardenedHTTPServer(ThreadingHTTPServer):
     """HTTP/1.1 with keep-alive, one thread per connection up to `limits.max_connections`.
 
@@ -152,6 +176,20 @@ class HardenedHTTPServer(ThreadingHTTPServer):
         finally:
             self.shutdown_request(request)
             self._forget(connection)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close a connection without losing the reply just written: when the client's bytes are
+        still unread (a body we refused with 413, a request cut by a framing error), closing at
+        once makes the kernel answer them with a reset, which can destroy the reply in flight
+        before the client reads it. So: stop writing, discard what arrives for a short while (the
+        "lingering close" of RFC 9112 section 9.6), then close."""
+        try:
+            socket.socket.shutdown(request, socket.SHUT_WR)
+        except OSError:
+            pass  # already gone
+        else:
+            _linger(request)
+        self.close_request(request)
 
     def _forget(self, connection: _Connection) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ from tessera.model.pools_file import PoolsFileWatch
 from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
 from tessera.scheduler.pool_settings import PoolSettings
+from tessera.scheduler.pool_usage import PoolUsageMeter
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class SchedulerState:
         self.inconsistencies = 0  # records that could not be restored (should stay 0)
         self.views = EvaluationViews()  # every change of a node must be reported to it
         self.pool_settings = PoolSettings()
+        self._pool_usage = PoolUsageMeter()
         self._pools_watch = PoolsFileWatch(pools_file) if pools_file is not None else None
         self._node_objects: dict[str, KubeObject] = {}  # shared nodes as last seen, re-applied on a pools edit
         self.refresh_pools()
@@ -418,6 +420,7 @@ class SchedulerState:
         metrics.allocated_gpu.set(allocated)
         with self.lock:
             metrics.mix_epoch.set(self.cluster.policy().epoch)
+            metrics.set_pools(self._pool_usage.figures(self.cluster))
 
 
 def _same_reservation(expired_at: float | None, assumed_at: str) -> bool:

@@ -30,8 +30,10 @@ from http import HTTPStatus
 from pathlib import Path
 
 from tessera.httpd import Endpoint, HardenedHTTPServer, HttpError, HttpLimits, Request, Response, Routes, json_response, parse_json
+from tessera.httpd.prometheus import metrics_response
 from tessera.kube.api import NotFound
 from tessera.webhook.admission import InvalidReview, review
+from tessera.webhook.metrics import WebhookMetrics, outcome_of
 from tessera.webhook.settings import WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH, WebhookSettings
 from tessera.webhook.tls import CertBundle, TlsApi, ensure_certificate, sync_ca_bundle
 
@@ -80,25 +82,34 @@ class WebhookHttpServer(HardenedHTTPServer):
     def __init__(self, settings: ServerSettings, webhook: WebhookSettings, context: ssl.SSLContext) -> None:
         self.webhook = webhook
         self.draining = threading.Event()
+        self.metrics = WebhookMetrics()
         self._endpoints: dict[str, Mapping[str, Endpoint]] = {
             WEBHOOK_PATH: {"POST": self._review_endpoint(namespace_opted_in=False)},
             WEBHOOK_QGPU_NAMESPACE_PATH: {"POST": self._review_endpoint(namespace_opted_in=True)},
             "/healthz": {"GET": self._healthz},
             "/readyz": {"GET": self._readyz},
+            "/metrics": {"GET": lambda request: metrics_response(self.metrics.registry, request)},
         }
         super().__init__((settings.host, settings.port), Routes(self._endpoints.get), settings.limits(), tls=context, name="webhook")
 
     def _review_endpoint(self, *, namespace_opted_in: bool) -> Endpoint:
         def endpoint(request: Request) -> Response:
-            body = parse_json(request.body)
+            started = time.perf_counter()
             try:
+                body = parse_json(request.body)
                 answer = review(body, self.webhook, namespace_opted_in=namespace_opted_in)
             except InvalidReview as exc:
+                self.metrics.observe("invalid", time.perf_counter() - started)
                 raise HttpError(HTTPStatus.BAD_REQUEST, str(exc), path=exc.path) from None
+            except HttpError:
+                self.metrics.observe("invalid", time.perf_counter() - started)
+                raise
             response = answer["response"]
             if not response["allowed"]:
                 LOG.info("rejected pod (request %s): %s", response["uid"], response["status"]["message"])
-            return json_response(HTTPStatus.OK, answer)
+            reply = json_response(HTTPStatus.OK, answer)
+            self.metrics.observe(outcome_of(answer), time.perf_counter() - started)
+            return reply
 
         return endpoint
 

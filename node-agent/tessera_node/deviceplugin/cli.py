@@ -25,6 +25,7 @@ from tessera_node.deviceplugin.core import AllocateSettings
 from tessera_node.deviceplugin.eviction import EvictionSettings
 from tessera_node.demo_paths import DefaultPath, demo_root, resolve
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings, Ready
+from tessera_node.deviceplugin.metrics import serve_metrics
 from tessera_node.gpu import open_backend
 from tessera_node.gpu.backend import GpuBackendError
 from tessera_node.gpu.spec import SpecError
@@ -33,6 +34,18 @@ DEFAULTS = DevicePluginSettings(node_name="")
 ALLOCATE_DEFAULTS = AllocateSettings()
 EVICTION_DEFAULTS = EvictionSettings()
 FAKE_POOL = "simulated"  # the pool of the node `--fake-kube` holds, so a pools file can name it
+# The node agent serves 9500 in the same pod (tessera.manifests.node); dcgm-exporter 9400 on the node.
+DEFAULT_METRICS_PORT = 9501
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535; 0 = any free port)")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--evict-on-unhealthy", action=argparse.BooleanOptionalAction, default=EVICTION_DEFAULTS.enabled,
         help="evict (Eviction API, PodDisruptionBudgets respected) the pods whose allocation is on a GPU that became unhealthy, so they are rescheduled (default on)",
     )
+    parser.add_argument("--metrics-host", default="0.0.0.0", help="metrics listen address (default 0.0.0.0)")
+    parser.add_argument("--metrics-port", type=_port, default=DEFAULT_METRICS_PORT, help=f"port of /metrics (registration, GPU health, container starts); 0 = any free port (default {DEFAULT_METRICS_PORT})")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
     parser.add_argument(
         "--fake-kube", action="store_true",
@@ -141,9 +156,18 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: stop.set())
+    plugin = DevicePlugin(settings, backend, kube, registry, on_ready=_print_ready)
     try:
-        DevicePlugin(settings, backend, kube, registry, on_ready=_print_ready).run(stop)
+        server, _thread, port = serve_metrics(plugin.metrics_view, args.metrics_host, args.metrics_port)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.metrics_host}:{args.metrics_port}: {exc}; pick another --metrics-port", file=sys.stderr)
+        return 2
+    print(f"tessera device plugin: metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
+    try:
+        plugin.run(stop)
     except GpuBackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        server.stop(drain_s=1.0)
     return 0

@@ -30,6 +30,7 @@ from tessera_node.agent.registry import ContainerKey, ContainerName, ContainerRe
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.eviction import EvictionSettings, Evictor
 from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.deviceplugin.metrics import PluginCounters, PluginMetricsView
 from tessera_node.deviceplugin.pause import PauseTransition, node_labels, transition
 from tessera_node.deviceplugin.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesError
 from tessera_node.deviceplugin.poolsfile import PoolsFile
@@ -153,6 +154,7 @@ class DevicePlugin:
         self.paused = False
         self._waiting_logged = False
         self.registrations = 0  # successful Register calls, for tests and logs
+        self.counters = PluginCounters()
 
     @property
     def rpc_timings(self) -> RpcTimings:
@@ -165,7 +167,23 @@ class DevicePlugin:
         self._pod_resources.note_allocate(tokens)  # before kubelet can record the assignment
         self._apply_policy()
 
+    def metrics_view(self) -> PluginMetricsView:
+        """The figures one /metrics scrape reports (any thread)."""
+        ok, failed, accepted, rejected = self.counters.snapshot()
+        gpus = self.state.inventory.gpus
+        healthy = sum(1 for g in gpus if g.healthy)
+        registered = self._registered_with is not None and not self.paused and self._server.socket_path.exists()
+        return PluginMetricsView(GPU_CORE, registered, self.paused, ok, failed, healthy, len(gpus) - healthy, accepted, rejected)
+
     def prestart(self, tokens: Sequence[str]) -> None:
+        try:
+            self._prestart(tokens)
+        except PreStartRejected:
+            self.counters.count("starts_rejected")
+            raise
+        self.counters.count("starts_accepted")
+
+    def _prestart(self, tokens: Sequence[str]) -> None:
         self._last_rpc = self._clock()
         self._writer.note_activity()
         self._apply_policy()
@@ -279,9 +297,11 @@ class DevicePlugin:
             register(kubelet_socket, self.settings.endpoint, GPU_CORE, timeout_s=1.0)
         except RegistrationError as exc:
             log.warning("%s; retrying", exc)
+            self.counters.count("registrations_failed")
             return
         self._registered_with = kubelet_now
         self.registrations += 1
+        self.counters.count("registrations_ok")
         inventory = self.state.inventory
         if self.registrations == 1:
             self._on_ready(Ready(

@@ -25,7 +25,7 @@ def test_device_plugin_command_registers_serves_and_exits_cleanly_on_sigterm() -
     kubelet = KubeletEmulator(root / "dp", root / "pr" / "kubelet.sock", FakeKubeApi()).start()
     proc = subprocess.Popen(
         _cli("--simulate", "T4:1,A10:2", "--device-plugin-dir", str(root / "dp"), "--pod-resources-socket", str(root / "pr" / "kubelet.sock"),
-             "--state-dir", str(root / "state"), "--node-name", "cli-node", "--fake-kube"),
+             "--state-dir", str(root / "state"), "--node-name", "cli-node", "--fake-kube", "--metrics-port", "0"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -16,6 +16,7 @@ from manifests_helpers import BuiltStack
 # Custom resources have no schema in kubernetes-validate; each skip names why it is still safe.
 SKIPPED_KINDS: Final = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "prometheus-operator CRD; the fields used are checked in test_monitoring",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheus-operator CRD; the fields used are checked in test_monitoring, the rules by promtool",
     ("nvidia.com/v1", "ClusterPolicy"): "gpu-operator CRD, created by its Helm chart from validated values",
 }
 # Fields of the kube-scheduler Extender type (kubescheduler.config.k8s.io/v1, pkg/scheduler/apis/config/v1).

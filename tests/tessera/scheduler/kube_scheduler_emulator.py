@@ -177,6 +177,20 @@ def pod_requests(pod: KubeObject) -> dict[str, Decimal]:
     return total
 
 
+def node_selector_fit() -> NodeFilter:
+    """The nodeSelector part of the NodeAffinity filter (pkg/scheduler/framework/plugins/
+    nodeaffinity, `ErrReasonPod`): a node missing a selected label is unresolvable for the pod."""
+
+    def check(pod: KubeObject, node: KubeObject, pods: Sequence[KubeObject]) -> Status | None:
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(key) != value for key, value in selector.items()):
+            return Status(UNRESOLVABLE, ("node(s) didn't match Pod's node affinity/selector",))
+        return None
+
+    return check
+
+
 def node_resources_fit(ignored: frozenset[str] = frozenset()) -> NodeFilter:
     """The NodeResourcesFit filter over what the pod requests."""
 
@@ -253,12 +267,13 @@ class KubeSchedulerEmulator:
         delete_pod: Callable[[KubeObject], None] | None = None,
         seed: int = 0,
     ) -> None:
-        """`filters`: kube-scheduler's own filter plugins (default NodeResourcesFit); `delete_pod`:
+        """`filters`: kube-scheduler's own filter plugins (default NodeAffinity's nodeSelector and
+        NodeResourcesFit); `delete_pod`:
         what deleting a preemption victim does (default: the API delete)."""
         self.client = client
         self.api = api
         self.extender = extender
-        self.filters = list(filters) if filters is not None else [node_resources_fit(extender.ignored_by_scheduler)]
+        self.filters = list(filters) if filters is not None else [node_selector_fit(), node_resources_fit(extender.ignored_by_scheduler)]
         self.delete_pod = delete_pod or (lambda pod: api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"]))
         self.calls: list[str] = []  # verbs POSTed, in order
         self.nominated: dict[str, str] = {}  # pod uid -> status.nominatedNodeName

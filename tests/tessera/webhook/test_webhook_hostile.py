@@ -137,7 +137,8 @@ def test_every_answer_passes_the_api_servers_checks(webhook: WebhookClient) -> N
         ("PUT", "/mutate/qgpu", 405, "POST"),
         ("POST", "/healthz", 405, "GET, HEAD"),
         ("POST", "/mutate/other", 404, None),
-        ("GET", "/metrics", 404, None),
+        ("POST", "/metrics", 405, "GET, HEAD"),
+        ("GET", "/metric", 404, None),
     ],
 )
 def test_unknown_paths_get_404_and_wrong_methods_405_with_allow(
