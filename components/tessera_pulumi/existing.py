@@ -16,7 +16,7 @@ import pulumi
 from tessera.model.cluster import ClusterConfig, KubeconfigSource
 from tessera.model.stack import StackConfig
 
-SecretLookup = Callable[[str], str | None]
+SecretLookup = Callable[[str], pulumi.Input[str] | None]
 
 
 class KubeconfigError(Exception):
@@ -25,9 +25,9 @@ class KubeconfigError(Exception):
 
 @dataclass(frozen=True)
 class ResolvedKubeconfig:
-    """What the Kubernetes provider gets: kubeconfig text or a path to it, and the context to use."""
+    """What the Kubernetes provider gets: kubeconfig text (maybe an output) or a path to it, and the context to use."""
 
-    kubeconfig: str
+    kubeconfig: pulumi.Input[str]
     context: str | None
 
 
@@ -54,9 +54,12 @@ def _resolve_kubeconfig(source: KubeconfigSource | None, context: str | None, en
 
 
 def _config_lookup(values: Mapping[str, Any]) -> SecretLookup:
-    def lookup(key: str) -> str | None:
+    def lookup(key: str) -> pulumi.Input[str] | None:
         value = values.get(f"tessera:{key}")
-        return None if value is None else str(value)
+        if value is None:
+            return None
+        # the package's components hand secrets over as outputs (tessera_pulumi.package.inputs)
+        return value if isinstance(value, pulumi.Output) else str(value)
 
     return lookup
 
