@@ -7,36 +7,23 @@ program stops with `pulumi.RunError`, which Pulumi shows without a traceback.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import pulumi
 import pulumi.runtime
 
 from tessera.model import ConfigError, StackConfig, from_pulumi_mapping
+from tessera.model.loader import select_engine_config
 from tessera_pulumi.stack import TesseraStack
-
-NAMESPACE: Final = "tessera"
-REGION_KEY: Final = "tencentcloud:region"
-
-
-def _select_config(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """What `from_pulumi_mapping` takes: every `tessera:*` key without its prefix (so misspelt keys are
-    reported, not ignored) and `region` for `tencentcloud:region`."""
-    selected: dict[str, Any] = {}
-    for key, value in sorted(raw.items()):
-        if key == REGION_KEY:
-            selected["region"] = value
-        elif key.startswith(NAMESPACE + ":"):
-            selected[key.removeprefix(NAMESPACE + ":")] = value  # JSON text is decoded by the loader
-    return selected
 
 
 def load_config(raw: Mapping[str, Any]) -> StackConfig:
     """Validated stack config, or `pulumi.RunError` after logging one `path: message` line per problem.
 
-    `raw` is every config value the engine gave the program (`__main__.py` reads it)."""
+    `raw` is every config value the engine gave the program (`__main__.py` reads it). A key in a
+    namespace nobody reads (`tesera:quotas`, `foo:bar`) is a problem like a misspelt `tessera:` key."""
     try:
-        return from_pulumi_mapping(_select_config(raw))
+        return from_pulumi_mapping(select_engine_config(raw))
     except ConfigError as err:
         for problem in err.problems:
             pulumi.log.error(str(problem))
