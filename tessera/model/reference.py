@@ -12,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from tessera.model.catalog import GPU_MODELS, INSTANCE_TYPES, default_gpu_software
+from tessera.model.catalog import GPU_MODELS, GPU_SOFTWARE, INSTANCE_TYPES, default_gpu_software
 from tessera.model.cluster import ClusterConfig, Endpoint, KubeconfigSource, Subnet, SystemNodes
 from tessera.model.platform import GpuOperatorConfig, ImageRef, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig, WebhookConfig
 from tessera.model.pools import (
@@ -120,7 +120,24 @@ def _catalog() -> list[str]:
     for spec in GPU_MODELS.values():
         sw = default_gpu_software(spec)
         mig = f"{spec.mig_compute_slices} compute / {spec.mig_memory_slices} memory slices" if spec.mig_capable else "no"
-        lines.append(f"| {spec.name} | {spec.memory_mib} | {mig} | {sw.driver} / {sw.cuda} / {sw.cudnn} |")
+        lines.append(f"| {spec.name} | {spec.memory_mib} | {mig} | {sw.driver.version} / {sw.cuda.version} / {sw.cudnn.version} |")
+    lines += [
+        "",
+        "### GPU software (driver / CUDA / cuDNN)",
+        "",
+        "`gpuDriver` picks one of these whole records (TKE takes each package by version and installer file name);",
+        "any other combination is refused at preview with the nearest ones. \"unconfirmed\" records use NVIDIA's file",
+        "names but were not found in the TencentCloud provider's docs or examples.",
+        "",
+        "| driver | CUDA | cuDNN | installer files | GPU architectures | source |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in GPU_SOFTWARE:
+        files = ", ".join(f"`{n}`" for n in (r.driver.name, r.cuda.name, r.cudnn.name, r.cudnn.doc_name, r.cudnn.dev_name) if n)
+        note = r.source if r.confirmed else f"unconfirmed: {r.source}"
+        if r.node_os_prefix:
+            note += f"; Debian packages, needs a {r.node_os_prefix} node image"
+        lines.append(f"| {r.driver.version} | {r.cuda.version} | {r.cudnn.version} | {files} | {', '.join(sorted(r.architectures))} | {note} |")
     lines += ["", "### MIG profiles", "", "| GPU | profile | compute slices | memory slices | max per GPU | memory MiB |", "| --- | --- | --- | --- | --- | --- |"]
     for spec in GPU_MODELS.values():
         lines += [f"| {spec.name} | {p.name} | {p.compute_slices} | {p.memory_slices} | {p.max_count} | {p.memory_mib} |" for p in spec.mig_profiles]

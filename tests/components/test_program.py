@@ -102,8 +102,9 @@ def test_gpu_args_carry_catalog_driver_and_mig_mode(tke_stack: tuple[StackConfig
     for pool in config.node_pools:
         gpu_args = pools[pool.name]["nodeConfig"]["gpuArgs"]
         software = pool.gpu_software()
-        assert gpu_args["driver"]["version"] == software.driver
-        assert gpu_args["cuda"]["version"] == software.cuda
+        assert gpu_args["driver"] == {"version": software.driver.version, "name": software.driver.name}
+        assert gpu_args["cuda"] == {"version": software.cuda.version, "name": software.cuda.name}
+        assert gpu_args["cudnn"]["name"] == software.cudnn.name
         assert gpu_args["migEnable"] is (pool.kind == "mig")
     assert "gpuArgs" not in (pools["system"].get("nodeConfig") or {})
 
