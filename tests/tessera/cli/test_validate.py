@@ -45,6 +45,11 @@ BROKEN = [
     ("  tessera:nodePools:\n    - {name: a, kind: nvidia, instanceType: GN7.2XLARGE32, minSize: 3, maxSize: 1}\n", "nodePools[0].maxSize: must be at least minSize (3), got 1"),
     ("  tessera:nodePools:\n    - {name: a, kind: shared, instanceType: GN7.2XLARGE32, sharing: {policy: strict}}\n", "nodePools[0].sharing.policy: 'strict' is not valid (valid: best-effort, fixed-share, burst-share)"),
     ("  tessera:nodePools: []\n", "nodePools: must not be empty"),
+    (
+        "  tessera:nodePools:\n    - {name: a, kind: nvidia, instanceType: GN7.2XLARGE32, gpuDriver: {driver: '470.82.01', cuda: '12.2.2'}}\n",
+        "nodePools[0].gpuDriver: driver 470.82.01 + CUDA 12.2.2 is not a combination TKE offers; nearest: driver 470.82.01 + CUDA 11.4.3 + cuDNN 8.2.4; "
+        "driver 535.161.07 + CUDA 12.2.2 + cuDNN 8.9.4 (unconfirmed); driver 470.182.03 + CUDA 11.4.3 + cuDNN 8.2.4",
+    ),
 ]
 
 
