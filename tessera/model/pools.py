@@ -116,7 +116,7 @@ class PoolBase(ConfigModel):
     desired_size: int | None = Field(default=None, ge=0, le=2000, description="Nodes to start with; default minSize.")
     labels: Labels = Field(default_factory=dict, description="Extra node labels (Tessera adds tessera.dev/pool, tessera.dev/pool-kind and gputype itself).")
     taints: list[Taint] = Field(default_factory=list, description="Extra node taints (Tessera adds the tessera.dev/gpu taint itself).")
-    node_selector: Labels = Field(default_factory=dict, description="Provider existing only: labels that select this pool's existing nodes.")
+    node_selector: Labels = Field(default_factory=dict, description="Provider existing only: labels you own that select this pool's existing nodes (not labels Tessera sets); `pulumi up` gives those nodes the pool's labels and taints with server-side-apply node patches and removes them when the pool goes.")
     zones: list[str] = Field(default_factory=list, description="Provider tke: zones (of cluster.subnets) to place nodes in; default all.")
     gpu_driver: GpuDriverConfig = Field(default_factory=GpuDriverConfig, description="Driver/CUDA/cuDNN overrides (provider tke).")
     system_disk: SystemDisk = Field(default_factory=SystemDisk, description="System disk of each node (provider tke).")

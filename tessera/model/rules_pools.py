@@ -59,7 +59,12 @@ def _provider_problems(pool: PoolBase, p: tuple[PathPart, ...], cluster: Cluster
         if pool.user_set(field):
             out.append(Problem(at(*p, key), "only applies to provider tke; on an existing cluster a pool selects existing nodes with nodeSelector"))
     if not pool.node_selector:
-        out.append(Problem(at(*p, "nodeSelector"), "is required on provider existing: the labels that select this pool's nodes, e.g. {tessera.dev/pool: " + pool.name + "}"))
+        out.append(Problem(at(*p, "nodeSelector"), "is required on provider existing: labels you own that select this pool's nodes, e.g. {node.kubernetes.io/instance-type: gn7.2xlarge32}"))
+    for key in pool.node_selector:
+        if _reserved(key) or key in pool.labels:
+            # Tessera's node patch sets these labels itself: selecting by them would keep a node in
+            # the pool after the pool is removed, and a pool could never let a node go
+            out.append(Problem(at(*p, "nodeSelector", key), "is a label Tessera (or this pool's labels) sets on the pool's nodes, so it cannot also select them; select by a label you own, e.g. node.kubernetes.io/instance-type, kubernetes.io/hostname or one your provisioning sets"))
     for key, value in (("gpuModel", pool.gpu_model), ("gpuCount", pool.gpu_count)):
         if value is None:
             out.append(Problem(at(*p, key), "is required on provider existing (there is no instance type to derive it from)"))
