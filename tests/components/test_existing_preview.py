@@ -15,7 +15,7 @@ import pulumi.runtime
 import pytest
 import yaml
 from json_api_stand_in import serving
-from pulumi.runtime.settings import get_root_resource
+from pulumi.runtime.settings import ROOT as ROOT_RESOURCE, get_root_resource
 from pulumi_program_mocks import ROOT, RecordingMocks, start_mocks
 
 from tessera_pulumi.existing import NodeListError, ResolvedKubeconfig, list_cluster_nodes
@@ -62,11 +62,13 @@ def _api(nodes: list[dict[str, Any]], status: int = 200) -> Any:
 
 
 @pytest.fixture
-def logs(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+def logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
     seen: dict[str, list[str]] = {"error": [], "info": [], "warn": []}
     for level in seen:
         monkeypatch.setattr(pulumi.log, level, lambda msg, *a, _level=level, **k: seen[_level].append(msg))
-    return seen
+    ROOT_RESOURCE.set(None)  # a stack of its own: the poolNodes export must not leak into other tests' stacks
+    yield seen
+    ROOT_RESOURCE.set(None)
 
 
 def _preview(kubeconfig: Path, pools: list[dict[str, Any]]) -> tuple[RecordingMocks, BaseException | None]:
