@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     text = format_plan(plan)
     if found is not None:
         text += f"\n\nnodes ({found[1]}):\n" + "\n".join(f"  {line}" for line in found[0].lines())
+        text += "".join(f"\n  warning: {note}" for note in found[0].notes)
     print(text)
     return 0
 

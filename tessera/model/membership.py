@@ -128,7 +128,7 @@ class Membership:
         return {p.pool: list(p.nodes) for p in self.pools}
 
     def lines(self) -> list[str]:
-        """What preview and `tessera plan` print."""
+        """What preview and `tessera plan` print (the notes are warnings, printed apart)."""
         out = []
         for p in self.pools:
             selector = ",".join(f"{k}={v}" for k, v in sorted(p.selector.items()))
@@ -137,7 +137,7 @@ class Membership:
         for r in self.releases:
             what = ", ".join([*r.labels, *(["taints"] if r.taints else [])])
             out.append(f"node {r.node} leaves pool {r.pool}: Tessera removes {what}")
-        return out + list(self.notes)
+        return out
 
 
 def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:

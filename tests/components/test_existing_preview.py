@@ -91,6 +91,7 @@ def test_preview_lists_the_nodes_and_shows_which_join_which_pool(tmp_path: Path,
     assert failure is None, logs["error"]
     assert "pool a (example.com/gpu-pool=a): gpu-1" in logs["info"] and "pool b (example.com/gpu-pool=b): gpu-2" in logs["info"]
     assert logs["warn"] == ["pool b: its selector matches 1 node(s), fewer than minSize 2"]
+    assert not any("fewer than minSize" in line for line in logs["info"])
     stack = get_root_resource()
     assert stack is not None and stack.outputs["poolNodes"] == {"a": ["gpu-1"], "b": ["gpu-2"]}  # type: ignore[attr-defined]
     assert sorted(r.inputs["metadata"]["name"] for r in mocks.resources if r.typ == NODE_PATCH) == ["gpu-1", "gpu-2"]

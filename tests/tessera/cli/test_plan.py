@@ -148,3 +148,12 @@ def test_plan_lists_nodes_through_a_kubeconfig(tmp_path: Path) -> None:
         result = tessera("plan", LOCAL, "--kubeconfig", str(kubeconfig))
     assert result.returncode == 0, result.stderr
     assert "  pool local-shared (example.com/gpu-pool=local-shared): gpu-1" in result.stdout.splitlines()
+
+
+def test_plan_warns_when_a_pool_matches_fewer_nodes_than_min_size(tmp_path: Path) -> None:
+    result = tessera("plan", LOCAL, "--nodes-from", _dump(tmp_path, _node("cpu-1", {})))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == [
+        "  pool local-shared (example.com/gpu-pool=local-shared): no node yet",
+        "  warning: pool local-shared: its selector matches 0 node(s), fewer than minSize 1",
+    ]
