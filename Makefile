@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 STACK ?= dev
 VENV_STAMP := .venv/.installed
 
-.PHONY: install preview up test typecheck lint-imports unit render validate plan
+.PHONY: install preview up test typecheck lint-imports lint-workflows unit render validate plan
 
 $(VENV_STAMP): requirements.txt pyproject.toml
 	python3 -m venv .venv
@@ -39,4 +39,11 @@ lint-imports: $(VENV_STAMP)
 unit: $(VENV_STAMP)
 	$(PY) -m pytest
 
-test: typecheck lint-imports unit
+# actionlint (with shellcheck on every `run:` script) over .github/workflows, and shellcheck over the
+# scripts the workflows run; both tools pinned in requirements.txt
+lint-workflows: $(VENV_STAMP)
+	.venv/bin/actionlint -shellcheck=.venv/bin/shellcheck -pyflakes= .github/workflows/*.yml
+	.venv/bin/shellcheck scripts/render-diff.sh
+	@echo "actionlint: $(words $(wildcard .github/workflows/*.yml)) workflow files ok"
+
+test: typecheck lint-imports lint-workflows unit

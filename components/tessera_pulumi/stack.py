@@ -25,7 +25,9 @@ from tessera_pulumi.tke.cluster import TkeCluster
 class PlatformFactory(Protocol):
     """The constructor of the in-cluster platform component (`TesseraPlatform`; tests pass a stand-in)."""
 
-    def __call__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> pulumi.ComponentResource: ...
+    def __call__(
+        self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, secrets: Mapping[str, Any] | None = None
+    ) -> pulumi.ComponentResource: ...
 
 
 class TesseraStack(pulumi.ComponentResource):
@@ -76,5 +78,6 @@ class TesseraStack(pulumi.ComponentResource):
             f"{name}-platform",
             config,
             opts=pulumi.ResourceOptions(provider=self.k8s_provider, parent=self, depends_on=node_setup),
+            secrets=secrets,
         )
         self.register_outputs({"clusterId": self.cluster_id, "kubeconfig": self.kubeconfig, "poolNames": self.pool_names, "plan": self.plan})

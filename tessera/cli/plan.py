@@ -50,6 +50,9 @@ def format_plan(plan: StackPlan) -> str:
     lines.append(f"cluster components: {', '.join(plan.cluster_components) or 'none'}")
     for namespace, hard in plan.quotas.items():
         lines.append(f"quota {namespace}: " + ", ".join(f"{k}={v}" for k, v in hard.items()))
+    if plan.monitoring:
+        lines.append("monitoring:")
+        lines += [f"  {line}" for line in plan.monitoring]
     return "\n".join(lines)
 
 

@@ -62,6 +62,13 @@ def register(sub: Any) -> None:
         help=f"pools file (pool -> placement, policy, sharesPerGpu); default ${ENV_POOLS_FILE}, else node labels only",
     )
     serve.add_argument("--assume-ttl", type=float, default=300.0, help="seconds an annotated but unbound pod keeps its GPUs (default 300)")
+    serve.add_argument(
+        "--preempt-budget",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="longest /preempt may think, all candidate nodes together; keep it under kube-scheduler's httpTimeout (default 2)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(handler=_serve)
 
@@ -70,6 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tessera.alloc import DEFAULT_POLICY, PlacementPolicy
     from tessera.kube.api import KubeApi, KubeApiError
     from tessera.scheduler.http_server import ServerSettings
+    from tessera.scheduler.preemption import PreemptSettings
     from tessera.scheduler.service import ExtenderConfig, ExtenderService
     from tessera.scheduler.state import StateSettings
 
@@ -81,6 +89,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.gpu_placement and not args.simulate:
         print("error: --gpu-placement only applies with --simulate; in a cluster it is the pool's node label", file=sys.stderr)
+        return 2
+    if not args.preempt_budget > 0:
+        print(f"error: --preempt-budget must be more than 0 seconds, got {args.preempt_budget}", file=sys.stderr)
         return 2
     host = args.bind_address or ("127.0.0.1" if args.simulate else "0.0.0.0")
     simulate = args.simulate is not None
@@ -114,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
         server=ServerSettings(host=host, port=args.port),
         state=StateSettings(track_host_resources=simulate, assume_ttl_s=args.assume_ttl),
         pools_file=Path(args.pools_file) if args.pools_file else None,
+        preempt=PreemptSettings(time_budget_s=args.preempt_budget),
     )
     try:
         service = ExtenderService(api, config, pod_sink=pod_sink)

@@ -112,9 +112,13 @@ def gpu_operator_values(config: StackConfig) -> dict[str, Any]:
         },
         "dcgmExporter": {
             "enabled": monitoring.dcgm_exporter,
+            # honorLabels keeps dcgm-exporter's own namespace/pod/container (the pod holding the GPU)
+            # instead of renaming them exported_*; the labels let the stack's Prometheus select it
             "serviceMonitor": {
-                "enabled": monitoring.dcgm_exporter and monitoring.service_monitors,
+                "enabled": monitoring.dcgm_exporter and monitoring.operator,
                 "interval": f"{monitoring.scrape_interval_seconds}s",
+                "honorLabels": True,
+                "additionalLabels": monitoring.object_labels(),
             },
         },
     }

@@ -1,7 +1,7 @@
 """Objects -> YAML files, byte-stable: the pure core of `tessera render`.
 
 One file per component, numbered in apply order (`kubectl apply -f DIR` reads files in name order),
-each Helm release (gpu-operator, prometheus-adapter) in its own sub-directory named after it (a
+each Helm release (kube-prometheus-stack, gpu-operator, prometheus-adapter) in a sub-directory named after its chart (a
 plain `kubectl apply -f DIR` does not recurse into it; Helm or Pulumi installs it), and on existing
 clusters `nodes/label-nodes.sh`. Keys are written in a canonical order (apiVersion,
 kind, metadata first, then sorted), so the bytes depend only on the objects, never on the order a
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import yaml
 
 from tessera.manifests.existing_nodes import label_script
+from tessera.manifests.kube_prometheus_stack import CHART as KUBE_PROMETHEUS_STACK_CHART
 from tessera.manifests.prometheus_adapter import RELEASE_NAME as PROMETHEUS_ADAPTER_RELEASE
 from tessera.manifests.render_dir import RENDER_MARK
 from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, helm_releases
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 
 GPU_OPERATOR_DIR: Final = "gpu-operator"
 PROMETHEUS_ADAPTER_DIR: Final = PROMETHEUS_ADAPTER_RELEASE
-# every directory a Helm release may be rendered into
-RELEASE_DIRS: Final = (GPU_OPERATOR_DIR, PROMETHEUS_ADAPTER_DIR)
+KUBE_PROMETHEUS_STACK_DIR: Final = KUBE_PROMETHEUS_STACK_CHART
+# every directory a Helm release may be rendered into, named after its chart (render removes stale files there)
+RELEASE_DIRS: Final = (GPU_OPERATOR_DIR, PROMETHEUS_ADAPTER_DIR, KUBE_PROMETHEUS_STACK_DIR)
 NODES_DIR: Final = "nodes"
 LABEL_SCRIPT: Final = f"{NODES_DIR}/label-nodes.sh"
 VALUES_FILE: Final = f"{GPU_OPERATOR_DIR}/values.yaml"
@@ -72,10 +74,11 @@ def _header(source: str, what: str) -> str:
 
 
 def release_dir(release: HelmRelease) -> str:
-    """The sub-directory a release is rendered into: its release name (one of RELEASE_DIRS)."""
-    if release.name not in RELEASE_DIRS:
-        raise ValueError(f"no render directory for Helm release {release.name!r}; add it to RELEASE_DIRS")
-    return release.name
+    """The sub-directory a release is rendered into: its chart's name (one of RELEASE_DIRS), which
+    stays put when a stack renames the release."""
+    if release.chart not in RELEASE_DIRS:
+        raise ValueError(f"no render directory for Helm chart {release.chart!r}; add it to RELEASE_DIRS")
+    return release.chart
 
 
 def _release_files(release: HelmRelease, source: str) -> dict[str, str]:

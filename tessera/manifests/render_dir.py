@@ -77,6 +77,14 @@ def _legacy_owned(out_dir: Path) -> set[str]:
     return owned
 
 
+def owned_files(out_dir: Path) -> set[str]:
+    """The files `tessera render` wrote in `out_dir` and that are still there: those its index
+    names, or, in a directory rendered before the index existed, those carrying its header."""
+    listed = read_index(out_dir)
+    names = _legacy_owned(out_dir) if listed is None else listed
+    return {name for name in names if (out_dir / name).is_file() and _inside(out_dir, out_dir / name)}
+
+
 def _conflicts(out_dir: Path, files: Mapping[str, str], previous: set[str]) -> list[str]:
     found = []
     for name in files:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tessera.model.mig import MigStrategy, cluster_mig_strategy, mig_replicas, mig_resources, resolve_layout
+from tessera.model.plan_monitoring import KUBE_PROMETHEUS_STACK, monitoring_lines
 from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeslicePool
 from tessera.model.stack import StackConfig
 from tessera.model.contract import CORE_PER_GPU, GPU_CORE, GPU_MEMORY, NVIDIA_GPU
@@ -108,6 +109,7 @@ class StackPlan:
     pools: tuple[PoolPlan, ...]
     cluster_components: tuple[str, ...]
     quotas: dict[str, dict[str, str]] = field(default_factory=dict)
+    monitoring: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> Range:
@@ -152,6 +154,7 @@ class StackPlan:
             },
             "clusterComponents": list(self.cluster_components),
             "quotas": self.quotas,
+            "monitoring": list(self.monitoring),
         }
 
 
@@ -248,6 +251,8 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
         cluster.append(GPU_OPERATOR)
     if any(p.repartition for p in cfg.node_pools):
         cluster.append(REPARTITION_JOB)
+    if cfg.monitoring.enabled and cfg.monitoring.mode == KUBE_PROMETHEUS_STACK:
+        cluster.append(KUBE_PROMETHEUS_STACK)
     if cfg.monitoring.enabled and cfg.monitoring.prometheus_adapter:
         cluster.append(PROMETHEUS_ADAPTER)
     return StackPlan(
@@ -258,4 +263,5 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
         pools=tuple(plan_pool(p, cfg) for p in cfg.node_pools),
         cluster_components=tuple(cluster),
         quotas={q.namespace: q.hard() for q in cfg.quotas},
+        monitoring=monitoring_lines(cfg),
     )

@@ -6,7 +6,12 @@ from typing import Literal
 from pydantic import Field
 
 from tessera.model.base import ConfigModel
-from tessera.model.values import DnsLabel, HttpUrl, ImageDigest, ImageRepository, ImageTag, Version
+from tessera.model.monitoring import (  # noqa: F401 - re-exported: the section's home before it grew
+    DEFAULT_PROMETHEUS_ADAPTER_CHART_VERSION,
+    DEFAULT_PROMETHEUS_URL,
+    MonitoringConfig,
+)
+from tessera.model.values import DnsLabel, ImageDigest, ImageRepository, ImageTag, Version
 from tessera.model.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU, NodePlacement
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -16,9 +21,6 @@ FailurePolicy = Literal["Fail", "Ignore"]
 DEFAULT_TESSERA_REPOSITORY = "ghcr.io/tessera-gpu/tessera"
 DEFAULT_TESSERA_TAG = "0.1.0"
 DEFAULT_KUBE_SCHEDULER_REPOSITORY = "registry.k8s.io/kube-scheduler"
-DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
-DEFAULT_PROMETHEUS_ADAPTER_CHART_VERSION = "4.11.0"
-DEFAULT_PROMETHEUS_ADAPTER_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
 
 
 class SchedulerConfig(ConfigModel):
@@ -36,7 +38,7 @@ class ImageRef(ConfigModel):
 
     repository: ImageRepository = Field(description="Image repository without tag or digest.")
     tag: ImageTag | None = Field(default=None, description="Image tag.")
-    digest: ImageDigest | None = Field(default=None, description="Image digest (sha256:...); pins the exact image.")
+    digest: ImageDigest | None = Field(default=None, description="Image digest (sha256:...) as the registry reports it; pins the exact image. Written by the release workflow (`tessera images pin`); placeholder-looking digests (repeated or patterned hex) are refused.")
 
     def ref(self, default_tag: str | None = None) -> str:
         """repository[:tag][@digest], using ``default_tag`` when no tag is set."""
@@ -56,7 +58,7 @@ class ImagesConfig(ConfigModel):
         default_factory=lambda: ImageRef(repository=DEFAULT_KUBE_SCHEDULER_REPOSITORY),
         description=f"The kube-scheduler image run as tessera-scheduler. Default {DEFAULT_KUBE_SCHEDULER_REPOSITORY} with tag v<cluster.kubernetesVersion>.",
     )
-    require_digests: bool = Field(default=False, description="Refuse images without a digest (set it in production so deploys are reproducible).")
+    require_digests: bool = Field(default=False, description="Refuse images without a digest, here and in the policy pack (`tessera images policy-config`). The release workflow turns it on when it pins a stack's images; leave it off until a release has published digests.")
     pull_policy: PullPolicy = Field(default="IfNotPresent", description="imagePullPolicy of Tessera's pods.")
     pull_secrets: list[DnsLabel] = Field(default_factory=list, description="Names of image pull Secrets in Tessera's namespace.")
 
@@ -88,20 +90,6 @@ class NamespaceQuota(ConfigModel):
             if value is not None:
                 limits[name] = value
         return {f"requests.{name}": str(value) for name, value in sorted(limits.items())}
-
-
-class MonitoringConfig(ConfigModel):
-    """Metrics: per-container GPU use from the node agent, card metrics from dcgm-exporter."""
-
-    enabled: bool = Field(default=True, description="Expose Prometheus metrics from the node agent and the extender.")
-    dcgm_exporter: bool = Field(default=True, description="Run NVIDIA dcgm-exporter (through the GPU operator) for card metrics.")
-    service_monitors: bool = Field(default=False, description="Create prometheus-operator ServiceMonitors (needs the CRD in the cluster).")
-    scrape_interval_seconds: int = Field(default=30, ge=5, le=300, description="Scrape interval for ServiceMonitors.")
-    metrics_port: int = Field(default=9500, ge=1024, le=65535, description="Port the node agent serves /metrics on.")
-    prometheus_adapter: bool = Field(default=False, description="Install prometheus-adapter (Helm chart, in Tessera's namespace) serving Triton's queue time per request as the custom metric avg_time_queue_us, so HPAs can scale on it (seed 004).")
-    prometheus_url: HttpUrl = Field(default=DEFAULT_PROMETHEUS_URL, description=f"The Prometheus prometheus-adapter queries, scheme://host[:port][/path]. Default {DEFAULT_PROMETHEUS_URL}: the Service prometheus-operator creates for every Prometheus, in namespace monitoring.")
-    prometheus_adapter_chart_version: Version = Field(default=DEFAULT_PROMETHEUS_ADAPTER_CHART_VERSION, description="prometheus-adapter Helm chart version (prometheus-community), pinned so an upgrade is a reviewed change.")
-    prometheus_adapter_chart_repository: HttpUrl = Field(default=DEFAULT_PROMETHEUS_ADAPTER_REPOSITORY, description="Helm repository URL of the prometheus-adapter chart (a mirror for air-gapped clusters).")
 
 
 class WebhookConfig(ConfigModel):

@@ -14,6 +14,7 @@ from pydantic_core import PydanticUndefined
 
 from tessera.model.catalog import GPU_MODELS, GPU_SOFTWARE, INSTANCE_TYPES, default_gpu_software
 from tessera.model.cluster import ClusterConfig, Endpoint, KubeconfigSource, Subnet, SystemNodes
+from tessera.model.monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, Resources
 from tessera.model.platform import GpuOperatorConfig, ImageRef, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig, WebhookConfig
 from tessera.model.pools import (
     GpuDriverConfig,
@@ -57,6 +58,11 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("gpuOperator", GpuOperatorConfig),
     ("quotas[]", NamespaceQuota),
     ("monitoring", MonitoringConfig),
+    ("monitoring.kubePrometheusStack", KubePrometheusStackConfig),
+    ("monitoring.kubePrometheusStack.grafana", GrafanaConfig),
+    ("monitoring.kubePrometheusStack.prometheusResources, grafana.resources", Resources),
+    ("monitoring.dashboards", DashboardsConfig),
+    ("monitoring.alerts", AlertsConfig),
     ("webhook", WebhookConfig),
 )
 _ANCHORS = {model: heading for heading, model in SECTIONS}

@@ -15,9 +15,10 @@ from tessera.model.catalog import instance_type
 from tessera.model.cluster import EXISTING_ONLY_FIELDS, TKE_ONLY_FIELDS, ClusterConfig
 from tessera.model.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
 from tessera.model.mig import cluster_mig_strategy, mig_resources, resolve_layout
-from tessera.model.platform import GpuOperatorConfig, ImagesConfig, MonitoringConfig, NamespaceQuota
+from tessera.model.platform import GpuOperatorConfig, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig
 from tessera.model.pools import MigPool, PoolBase
 from tessera.model.problems import Problem, at
+from tessera.model.rules_monitoring import monitoring_problems
 from tessera.model.rules_pools import pool_problems, unique_name_problems
 
 
@@ -38,6 +39,10 @@ class Stack(Protocol):
     def monitoring(self) -> MonitoringConfig: ...
     @property
     def quotas(self) -> Sequence[NamespaceQuota]: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def scheduler(self) -> SchedulerConfig: ...
 
 
 REGION_KEY: Final = "tencentcloud:region"
@@ -186,7 +191,7 @@ def _offered_resources(pools: list[PoolBase]) -> set[str]:
     return offered
 
 
-def _platform_problems(cfg: Stack) -> list[Problem]:
+def _platform_problems(cfg: Stack, is_stack_key: Callable[[str], bool]) -> list[Problem]:
     out: list[Problem] = []
     needs_operator = [p.name for p in cfg.node_pools if p.kind != "shared"]
     if needs_operator and not cfg.gpu_operator.enabled:
@@ -200,6 +205,7 @@ def _platform_problems(cfg: Stack) -> list[Problem]:
                 out.append(Problem(at("images", key, "digest"), "is required because images.requireDigests is true (pin the image: sha256:...)"))
     out += _scheduler_skew_problems(cfg)
     out += _quota_problems(cfg)
+    out += monitoring_problems(cfg, is_stack_key)
     return out
 
 
@@ -235,5 +241,5 @@ def check_stack(cfg: Stack, is_stack_key: Callable[[str], bool]) -> list[Problem
     for i, pool in enumerate(pools):
         out += pool_problems(pool, i, cfg.cluster)
     out += unique_name_problems(pools)
-    out += _platform_problems(cfg)
+    out += _platform_problems(cfg, is_stack_key)
     return out

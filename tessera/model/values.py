@@ -78,9 +78,55 @@ def _kubernetes_version(value: str) -> str:
     return value
 
 
+_HEX_ORDER: Final = "0123456789abcdef"
+_RUN: Final = 12  # identical or consecutive digits in a row that a real digest (almost) never has
+
+
+def _longest_run(hex_digits: str, step: int) -> int:
+    """Longest run where each digit is the previous one + step (0: identical, 1: ascending, -1: descending)."""
+    longest = run = 1
+    for prev, cur in zip(hex_digits, hex_digits[1:], strict=False):
+        run = run + 1 if _HEX_ORDER.index(cur) - _HEX_ORDER.index(prev) == step else 1
+        longest = max(longest, run)
+    return longest
+
+
+def made_up_digest_reason(hex_digits: str) -> str | None:
+    """Why 64 hex digits cannot be a real sha256 digest, or None when they may be one.
+
+    A real digest is uniformly random; each rule below holds for one in more than 10^10 of them
+    (rule 5 being the loosest, ~10^-11), so only placeholders trip them:
+    1. a block of at most 16 digits repeated (`000...`, `deadbeef` x 8, `0123456789abcdef` x 4);
+    2. fewer than 8 different digits;
+    3. no letter a-f at all;
+    4. decimal digits and letters alternating over all 64 characters;
+    5. 12 or more identical, ascending or descending digits in a row.
+    """
+    for period in range(1, 17):
+        if hex_digits == (hex_digits[:period] * (64 // period + 1))[:64]:
+            return f"repeats {hex_digits[:period]!r}"
+    if len(set(hex_digits)) < 8:
+        return f"uses only {len(set(hex_digits))} different hex digits"
+    if hex_digits.isdecimal():
+        return "has no letter a-f"
+    kinds = "".join("d" if c.isdecimal() else "l" for c in hex_digits)
+    if kinds in ("dl" * 32, "ld" * 32):
+        return "alternates a decimal digit and a letter all the way"
+    for step, what in ((0, "identical"), (1, "ascending"), (-1, "descending")):
+        if _longest_run(hex_digits, step) >= _RUN:
+            return f"has {_RUN} or more {what} digits in a row"
+    return None
+
+
 def _digest(value: str) -> str:
     if not _DIGEST.match(value):
         raise ValueError(f"{value!r} is not an image digest (sha256: followed by 64 hex digits)")
+    reason = made_up_digest_reason(value.removeprefix("sha256:"))
+    if reason:
+        raise ValueError(
+            f"{value[:19]}... looks made up: it {reason}, which a real sha256 digest never does; "
+            "pin the digest the registry reports for the image (e.g. `crane digest IMAGE:TAG`), or leave it out"
+        )
     return value
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+from tessera.kube.shape import STRING, ShapeError, Struct, check_pod
 from tessera.model import contract
 from tessera.model.allocation_record import CONFIGMAP_PREFIX as ALLOCATION_CONFIGMAP_PREFIX
 from tessera.alloc.model import InvalidRequest
@@ -52,10 +53,25 @@ _CONTAINER_SECTIONS: Final = ("initContainers", "containers")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 JsonPatchOp = dict[str, Any]
+# The AdmissionRequest fields read before the pod (admission/v1 types.go); others are ignored.
+_REQUEST: Final = Struct(
+    {
+        "uid": STRING,
+        "kind": Struct({"group": STRING, "version": STRING, "kind": STRING}),
+        "operation": STRING,
+        "subResource": STRING,
+        "namespace": STRING,
+    }
+)
 
 
 class InvalidReview(ValueError):
-    """The body is not an AdmissionReview v1 with a request (answered with HTTP 400)."""
+    """The body is not an AdmissionReview v1 with a `request.uid` (answered with HTTP 400: no
+    AdmissionReview reply is possible without the uid). `path` names the field."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
 
 
 class PodRejected(ValueError):
@@ -73,17 +89,23 @@ def escape_pointer(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def review(body: Mapping[str, Any], settings: WebhookSettings, *, namespace_opted_in: bool) -> dict[str, Any]:
-    """Answer one AdmissionReview. Raises InvalidReview for a body that is not one."""
+def review(body: Any, settings: WebhookSettings, *, namespace_opted_in: bool) -> dict[str, Any]:
+    """Answer one AdmissionReview. Raises InvalidReview for a body that is not one; a review with
+    a uid always gets an answer, `allowed: false` when its request or pod is malformed."""
     request = _request_of(body)
-    uid = str(request["uid"])
+    uid: str = request["uid"]
     response: dict[str, Any] = {"uid": uid, "allowed": True}
+    try:
+        _REQUEST.check(request, "request")
+    except ShapeError as exc:
+        return _wrap(_deny(response, str(exc)))
     kind = request.get("kind") or {}
     if kind.get("kind") != "Pod" or request.get("operation") != "CREATE" or request.get("subResource"):
         return _wrap(response)
-    pod = request.get("object")
-    if not isinstance(pod, dict):
-        raise InvalidReview("request.object must be the Pod being created")
+    try:
+        pod = check_pod(request.get("object"), "request.object")
+    except ShapeError as exc:
+        return _wrap(_deny(response, str(exc)))
     try:
         mutation = mutate_pod(
             pod,
@@ -93,9 +115,7 @@ def review(body: Mapping[str, Any], settings: WebhookSettings, *, namespace_opte
             namespace=request.get("namespace") if isinstance(request.get("namespace"), str) else None,
         )
     except PodRejected as exc:
-        response["allowed"] = False
-        response["status"] = {"status": "Failure", "code": 400, "reason": "BadRequest", "message": f"tessera: {exc}"}
-        return _wrap(response)
+        return _wrap(_deny(response, str(exc)))
     if mutation.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(list(mutation.patch), separators=(",", ":")).encode()).decode()
@@ -202,13 +222,30 @@ def _term_pools(term: Mapping[str, Any]) -> set[str] | None:
     return pools
 
 
-def _request_of(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    if body.get("apiVersion") != ADMISSION_API_VERSION or body.get("kind") != "AdmissionReview":
-        raise InvalidReview(f"expected apiVersion {ADMISSION_API_VERSION} kind AdmissionReview")
+def _request_of(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidReview("the request body must be a JSON object (an AdmissionReview)")
+    if body.get("apiVersion") != ADMISSION_API_VERSION:
+        raise InvalidReview(
+            f"must be {ADMISSION_API_VERSION} (the webhook configuration lists admissionReviewVersions [v1]), "
+            f"got {str(body.get('apiVersion'))[:100]!r}",
+            "apiVersion",
+        )
+    if body.get("kind") != "AdmissionReview":
+        raise InvalidReview(f"must be AdmissionReview, got {str(body.get('kind'))[:100]!r}", "kind")
     request = body.get("request")
-    if not isinstance(request, dict) or "uid" not in request:
-        raise InvalidReview("AdmissionReview has no request.uid")
+    if not isinstance(request, dict):
+        raise InvalidReview("is required (an object)", "request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise InvalidReview("is required (a non-empty string the reply must echo)", "request.uid")
     return request
+
+
+def _deny(response: dict[str, Any], message: str) -> dict[str, Any]:
+    response["allowed"] = False
+    response["status"] = {"status": "Failure", "code": 400, "reason": "BadRequest", "message": f"tessera: {message}"}
+    return response
 
 
 def _wrap(response: dict[str, Any]) -> dict[str, Any]:

@@ -143,8 +143,9 @@ def test_every_resource_is_a_child_of_the_one_top_level_component(tke_stack: tup
 
 
 def test_declared_resources_pass_the_policy_pack(tke_stack: tuple[StackConfig, Declared]) -> None:
-    _, declared = tke_stack
-    violations = [(r.name, v) for r in declared.resources for v in evaluate(r.typ, r.inputs, PolicySettings())]
+    config, declared = tke_stack
+    settings = PolicySettings(require_image_digests=config.images.require_digests)  # as `tessera images policy-config` sets it
+    violations = [(r.name, v) for r in declared.resources for v in evaluate(r.typ, r.inputs, settings)]
     assert violations == []
 
 
@@ -243,7 +244,7 @@ def test_existing_cluster_without_its_secret_stops_with_the_command_to_run() -> 
 class _FakePlatform(pulumi.ComponentResource):
     """Stands in for tessera_pulumi.platform.TesseraPlatform: one ConfigMap through the inherited provider."""
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, secrets: Any = None) -> None:
         super().__init__("tessera:index:FakePlatform", name, None, opts)
         k8s.core.v1.ConfigMap(f"{name}-probe", data={"pools": str(len(config.node_pools))}, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({})
@@ -346,3 +347,16 @@ def test_load_config_logs_every_problem_as_path_and_message() -> None:
         pulumi.log.error = original
     assert any(line.startswith("cluster.kubernetesVersion: ") for line in logged)
     assert any(line.startswith("nodePools[0].maxSize: ") for line in logged)
+
+
+def test_prod_hands_grafanas_password_from_its_pulumi_secret_to_the_cluster_as_a_secret() -> None:
+    declared = declare(stack_config("prod"), secrets={"tessera:grafanaAdminPassword": "s3cret-from-config"})
+    (secret,) = [r for r in declared.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "tessera-grafana-admin"]
+    assert secret_value(secret.inputs["stringData"]) == {"admin-user": "admin", "admin-password": "s3cret-from-config"}
+    chart = next(r for r in declared.of_type("kubernetes:helm.sh/v4:Chart") if r.inputs["chart"] == "kube-prometheus-stack")
+    assert "s3cret-from-config" not in json.dumps(chart.inputs["values"])
+
+
+def test_prod_without_grafanas_password_stops_before_deploying_with_the_command_to_set_it() -> None:
+    with pytest.raises(Exception, match=r"pulumi config set --secret tessera:grafanaAdminPassword"):
+        declare(stack_config("prod"), secrets={})

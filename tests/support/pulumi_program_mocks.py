@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pulumi
 import pulumi.runtime
@@ -97,11 +97,16 @@ def start_mocks() -> tuple[RecordingMocks, RecordingMonitor]:
     return mocks, monitor
 
 
+# the secret config values the stack files name (prod's Grafana admin password); `secrets=None` uses them
+STACK_SECRETS: Final = {"tessera:grafanaAdminPassword": "test-only-password"}
+
+
 def declare(
     config: StackConfig, platform: PlatformFactory | None = None, secrets: dict[str, str] | None = None, nodes: list[dict[str, Any]] | None = None
 ) -> Declared:
     """Run TesseraStack under mocks; also resolve the kubeconfig, its secretness and the cluster id.
     `nodes`: an existing cluster's Node objects, as preview would list them."""
+    secrets = dict(STACK_SECRETS) if secrets is None else secrets
     mocks, monitor = start_mocks()
     values: dict[str, Any] = {}
     membership = pool_membership(config.node_pools, nodes) if nodes is not None else None

@@ -1,21 +1,25 @@
 """`TesseraPlatform`: applies the in-cluster objects of one stack through a Kubernetes provider.
 
 A thin adapter over the pure builders (`tessera.manifests.stack`): each component's objects become
-one yaml v2 `ConfigGroup`, each Helm release (gpu-operator, prometheus-adapter) one helm v4
-`Chart`. The two webhook objects the webhook writes at runtime (its TLS Secret's `data`, its
+one yaml v2 `ConfigGroup`, each Helm release (kube-prometheus-stack, gpu-operator,
+prometheus-adapter) one helm v4 `Chart`. Grafana's admin password, a Pulumi secret, becomes a
+typed `Secret` in the monitoring namespace before kube-prometheus-stack installs (`tessera_pulumi.platform.grafana`). The two webhook objects the webhook writes at runtime (its TLS Secret's `data`, its
 configuration's `caBundle`) are typed resources with `ignore_changes` instead (tessera_pulumi.platform.webhook).
 The Kubernetes provider arrives through `opts.provider` (built by the caller from the cluster's
 kubeconfig or the `existing` kubeconfig) and is passed on to every child explicitly; nothing here
 creates one.
 
-Dependencies: everything waits for "platform" (namespace, priority classes, pools ConfigMap);
-gpu-operator waits for "nvidia" (its namespace and the ConfigMaps its values name); the webhook's
-workloads wait for its TLS Secret, and its MutatingWebhookConfiguration waits for them (the API
-server calls the webhook only once it is ready); "monitoring" waits for the workloads it scrapes.
+Dependencies: everything waits for "platform" (namespaces, priority classes, pools ConfigMap);
+kube-prometheus-stack waits for Grafana's admin Secret; gpu-operator waits for "nvidia" (its
+namespace and the ConfigMaps its values name) and for kube-prometheus-stack (the CRD of its
+dcgm-exporter ServiceMonitor); the webhook's workloads wait for its TLS Secret, and its
+MutatingWebhookConfiguration waits for them (the API server calls the webhook only once it is
+ready); "monitoring" waits for the workloads it scrapes and for kube-prometheus-stack's CRDs.
 """
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import pulumi
 from pulumi_kubernetes.admissionregistration.v1 import MutatingWebhookConfiguration
@@ -24,6 +28,7 @@ from pulumi_kubernetes.helm.v4 import Chart, ChartArgs, RepositoryOptsArgs
 from pulumi_kubernetes.yaml.v2 import ConfigGroup
 
 from tessera.model.stack import StackConfig
+from tessera_pulumi.platform import grafana as typed_grafana
 from tessera_pulumi.platform import webhook as typed_webhook
 from tessera.manifests.objects import KubeObject
 from tessera.manifests.stack import HelmRelease, build_stack, helm_releases
@@ -31,9 +36,11 @@ from tessera.manifests.stack import HelmRelease, build_stack, helm_releases
 TYPE_NAME: Final = "tessera:index:TesseraPlatform"
 GPU_OPERATOR: Final = "gpu-operator"
 PROMETHEUS_ADAPTER: Final = "prometheus-adapter"
+KUBE_PROMETHEUS_STACK: Final = "kube-prometheus-stack"  # the chart; the release name is the stack's
 WEBHOOK: Final = "webhook"
-# the group a chart waits for; it is created right after that group
-CHART_AFTER: Final = {GPU_OPERATOR: "nvidia", PROMETHEUS_ADAPTER: "platform"}
+GRAFANA_ADMIN: Final = "grafana-admin"
+# the group a chart waits for (by chart name); it is created right after that group
+CHART_AFTER: Final = {GPU_OPERATOR: "nvidia", PROMETHEUS_ADAPTER: "platform", KUBE_PROMETHEUS_STACK: "platform"}
 
 
 def _depends_on(component: str, created: dict[str, pulumi.Resource]) -> list[pulumi.Resource]:
@@ -43,8 +50,12 @@ def _depends_on(component: str, created: dict[str, pulumi.Resource]) -> list[pul
         wanted.append("platform")
     if component in CHART_AFTER:
         wanted.append(CHART_AFTER[component])
+    if component == KUBE_PROMETHEUS_STACK:
+        wanted.append(GRAFANA_ADMIN)
+    if component == GPU_OPERATOR:
+        wanted.append(KUBE_PROMETHEUS_STACK)
     if component == "monitoring":
-        wanted += ["extender", "node", GPU_OPERATOR]
+        wanted += ["extender", "node", "webhook", GPU_OPERATOR, KUBE_PROMETHEUS_STACK]
     return [created[c] for c in dict.fromkeys(wanted) if c in created]
 
 
@@ -55,10 +66,16 @@ class TesseraPlatform(pulumi.ComponentResource):
     charts: dict[str, Chart]
     gpu_operator: Chart | None
     prometheus_adapter: Chart | None
+    kube_prometheus_stack: Chart | None
+    grafana_admin_secret: Secret | None
     webhook_tls_secret: Secret | None
     webhook_configuration: MutatingWebhookConfiguration | None
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, secrets: Mapping[str, Any] | None = None
+    ) -> None:
+        """`secrets`: the engine's config values (`__main__.py` reads them); Grafana's admin password
+        is the `tessera:<monitoring.kubePrometheusStack.grafana.adminPasswordSecret>` entry."""
         super().__init__(TYPE_NAME, name, None, opts)
         self._name = name
         self._provider = opts.provider if opts is not None else None
@@ -67,6 +84,7 @@ class TesseraPlatform(pulumi.ComponentResource):
         self.charts = {}
         self.webhook_tls_secret = None
         self.webhook_configuration = None
+        self.grafana_admin_secret = None
 
         releases = helm_releases(config)
         for component, objects in build_stack(config).items():
@@ -74,19 +92,22 @@ class TesseraPlatform(pulumi.ComponentResource):
                 self._webhook(objects)
             else:
                 self._group(component, objects, self._child(component))
+            if component == "platform":
+                self._grafana_admin(config, secrets or {})
             for release in releases.values():
-                if CHART_AFTER.get(release.name) == component:
+                if CHART_AFTER.get(release.chart) == component:
                     self._chart(release)
         for release in releases.values():  # a chart whose group the stack does not have
-            if release.name not in self.charts:
+            if release.chart not in self.charts:
                 self._chart(release)
         self.gpu_operator = self.charts.get(GPU_OPERATOR)
         self.prometheus_adapter = self.charts.get(PROMETHEUS_ADAPTER)
+        self.kube_prometheus_stack = self.charts.get(KUBE_PROMETHEUS_STACK)
 
         self.register_outputs(
             {
                 "components": sorted(self.config_groups),
-                "charts": {n: r.version for n, r in releases.items()},
+                "charts": {r.chart: r.version for r in releases.values()},
                 "gpuOperator": releases[GPU_OPERATOR].version if GPU_OPERATOR in releases else None,
             }
         )
@@ -116,6 +137,12 @@ class TesseraPlatform(pulumi.ComponentResource):
                 f"{self._name}-webhook-configuration", hooks, self._child(WEBHOOK, [group])
             )
 
+    def _grafana_admin(self, config: StackConfig, secrets: Mapping[str, Any]) -> None:
+        secret = typed_grafana.admin_secret(f"{self._name}-{GRAFANA_ADMIN}", config, secrets, self._child(GRAFANA_ADMIN))
+        if secret is not None:
+            self.grafana_admin_secret = secret
+            self._created[GRAFANA_ADMIN] = secret
+
     def _chart(self, release: HelmRelease) -> Chart:
         chart = Chart(
             f"{self._name}-{release.name}",
@@ -127,8 +154,8 @@ class TesseraPlatform(pulumi.ComponentResource):
                 repository_opts=RepositoryOptsArgs(repo=release.repository),
                 values=release.values,
             ),
-            opts=self._child(release.name),
+            opts=self._child(release.chart),
         )
-        self.charts[release.name] = chart
-        self._created[release.name] = chart
+        self.charts[release.chart] = chart
+        self._created[release.chart] = chart
         return chart

@@ -119,6 +119,7 @@ def test_unreachable_cluster_exits_1_with_what_to_do(tmp_path: Path) -> None:
         (["--simulate", "missing.csv"], "missing.csv: cannot read it (No such file or directory)"),
         (["--simulate", "NODES", "--placement", "tightest"], "unknown placement policy 'tightest'"),
         (["--gpu-placement", "spread"], "only applies with --simulate"),
+        (["--simulate", "NODES", "--preempt-budget", "0"], "--preempt-budget must be more than 0 seconds"),
     ],
 )
 def test_user_mistakes_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
