@@ -1,13 +1,13 @@
 """Tessera Pulumi program: read stack config -> validate -> one TesseraStack -> exports.
 
-Config is read here and only here; the work is in components/program.py so that tests can drive
+Config is read here and only here; the work is in components/tessera_pulumi/program.py so that tests can drive
 it under Pulumi mocks.
 """
 from typing import Any
 
 import pulumi.runtime
 
-from components.program import main
+from tessera_pulumi.program import main
 
 
 def engine_config() -> dict[str, Any]:

@@ -24,7 +24,7 @@ import uuid as uuidlib
 from dataclasses import replace
 from pathlib import Path
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.loop import Agent, AgentDeps
 from tessera_node.agent.memory import RecordingKiller

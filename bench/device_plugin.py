@@ -12,22 +12,34 @@
    size a one-device-per-MiB memory scheme would need, against kubelet's 4 MiB gRPC limit.
 
     python bench/device_plugin.py [--pods 250] [--rounds 3] [--order batch|interleaved]
-                                  [--pace-ms 0] [--json]
+                                  [--pace-ms 0] [--kubelet 1.30|1.34] [--profile FILE] [--json]
 
 --order batch (default): every pod's Allocate, then PreStartContainer in shuffled order, as when a
 burst of pods lands on a node (kubelet admits them, then their sandboxes come up).
 --order interleaved: Allocate then PreStartContainer pod by pod, `--pace-ms` apart.
+--kubelet: the release the emulator behaves as (default 1.30, what our stacks pin: PodResources Get
+behind its off gate; 1.34: Get on). Both rate-limit PodResources as kubelet does (100 calls/s,
+burst 10); the figures say how many calls kubelet rejected.
+--profile FILE: profile the plugin process (cProfile, every thread: gRPC handlers, supervisor,
+registry writer), write the merged stats of all rounds to FILE (read with `python -m pstats FILE`)
+and print the functions with the most own and cumulative time. Profiling slows the plugin several
+times over: a profiled run says where the time goes, not how long calls take.
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
+import marshal
+import pstats
 import json
 import multiprocessing
 import os
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -36,7 +48,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import GPU_CORE, LABEL_POOL_KIND, LABEL_SHARING_POLICY
+from tessera.model.contract import GPU_CORE, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.registry import ContainerRegistry
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
@@ -45,8 +57,11 @@ from tessera_node.deviceplugin.publish import NodeReport, publish
 from tessera_node.deviceplugin.server import list_and_watch_response
 from tessera_node.gpu.simulated import SimulatedBackend
 from tessera_node.gpu.spec import KNOWN_MODELS_MIB
-from tessera_node.testing.binder import ExtenderStandIn
 from tessera_node.testing.kubelet_emulator import KubeletEmulator
+from tessera_node.testing.kubelet_versions import VERSIONS, KubeletVersion
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the control plane stand-in the tests use
+from extender_stand_in import ExtenderStandIn  # noqa: E402
 
 NODE = "h200-node"
 SPEC = "H200-141GB:8"
@@ -71,13 +86,49 @@ def per_mib_message_bytes(gpus: int, mib_per_gpu: int) -> int:
     return response.ByteSize()
 
 
-def _serve_plugin(settings: DevicePluginSettings, kube: FakeKubeApi, go: Any, stop: Any, report: Connection) -> None:
+class _ThreadProfiles:
+    """cProfile profiles one thread; this gives every thread of the process its own profile (the
+    threads started after `install`, through `threading.setprofile`, and the caller's) and merges
+    them at the end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._profiles: list[cProfile.Profile] = []
+
+    def _start(self) -> None:
+        profile = cProfile.Profile()
+        with self._lock:
+            self._profiles.append(profile)
+        profile.enable()  # replaces the bootstrap hook below for this thread
+
+    def install(self) -> None:
+        threading.setprofile(lambda *_args: self._start())
+        self._start()
+
+    def stats(self) -> bytes:
+        """The merged stats, marshalled as `pstats` writes them."""
+        threading.setprofile(None)  # type: ignore[arg-type]
+        merged = pstats.Stats()
+        with self._lock:
+            profiles = list(self._profiles)
+        for profile in profiles:
+            profile.disable()  # only stops the calling thread's; the others' stats are read as they are
+            profile.create_stats()
+            merged.add(profile)
+        return marshal.dumps(merged.stats)  # type: ignore[attr-defined]
+
+
+def _serve_plugin(settings: DevicePluginSettings, kube: FakeKubeApi, go: Any, stop: Any, report: Connection, profile: bool) -> None:
     """Child process: the device plugin, as on a node (its own process, its own GIL). Starts when
-    its round does; sends back the plugin's own handler timings and the process's CPU time."""
+    its round does; sends back the plugin's own handler timings and the process's CPU time (and,
+    with `profile`, its cProfile stats)."""
     # The fork copied the parent's heap (API server, bound pods, placement model), which a real
     # plugin process does not have: keep the collector from walking it (a 10 ms pause was seen).
     gc.freeze()
     go.wait()
+    profiles = _ThreadProfiles() if profile else None
+    if profiles is not None:
+        profiles.install()
     backend = SimulatedBackend.from_spec(SPEC, node_seed=NODE)
     local_stop = threading.Event()
 
@@ -91,7 +142,8 @@ def _serve_plugin(settings: DevicePluginSettings, kube: FakeKubeApi, go: Any, st
     plugin.run(local_stop)
     ended = os.times()
     timings = plugin.rpc_timings.snapshot() if hasattr(plugin, "rpc_timings") else {}
-    report.send({"timings": timings, "cpu_s": (ended.user - began.user) + (ended.system - began.system)})
+    stats = profiles.stats() if profiles is not None else None
+    report.send({"timings": timings, "cpu_s": (ended.user - began.user) + (ended.system - began.system), "profile": stats})
     report.close()
 
 
@@ -107,7 +159,7 @@ class _Child:
     receive: Connection
 
 
-def _fork_plugin(kube: FakeKubeApi) -> _Child:
+def _fork_plugin(kube: FakeKubeApi, profile: bool) -> _Child:
     root = Path(tempfile.mkdtemp(prefix="dpbench", dir="/tmp"))
     settings = replace(
         DevicePluginSettings(node_name=NODE),
@@ -118,7 +170,7 @@ def _fork_plugin(kube: FakeKubeApi) -> _Child:
     context = multiprocessing.get_context("fork")
     go, stop = context.Event(), context.Event()
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_serve_plugin, args=(settings, kube, go, stop, send), daemon=True)
+    process = context.Process(target=_serve_plugin, args=(settings, kube, go, stop, send, profile), daemon=True)
     process.start()
     send.close()
     return _Child(root, settings, process, go, stop, receive)
@@ -139,7 +191,7 @@ def _setup(pods: int, seed: int) -> tuple[FakeKubeApi, list[str], SimulatedBacke
     return kube, names, inventory_source
 
 
-def run_round(kube: FakeKubeApi, child: _Child, names: list[str], rng: random.Random, order: str, pace_ms: float) -> dict[str, Any]:
+def run_round(kube: FakeKubeApi, child: _Child, names: list[str], rng: random.Random, order: str, pace_ms: float, version: KubeletVersion) -> dict[str, Any]:
     """One fresh plugin process and kubelet emulator for the bound pods. The plugin runs in a
     child process forked before the first round (kubelet and the plugin are separate processes on a
     node, and no gRPC object may exist in a process that forks); the parent holds the API server
@@ -147,8 +199,8 @@ def run_round(kube: FakeKubeApi, child: _Child, names: list[str], rng: random.Ra
     kubelet."""
     child.go.set()
     settings = child.settings
-    kubelet = KubeletEmulator(settings.device_plugin_dir, settings.pod_resources_socket, kube).start()
-    plugin_report: dict[str, Any] = {"timings": {}, "cpu_s": float("nan")}
+    kubelet = KubeletEmulator(settings.device_plugin_dir, settings.pod_resources_socket, kube, version=version).start()
+    plugin_report: dict[str, Any] = {"timings": {}, "cpu_s": float("nan"), "profile": None}
     try:
         if not kubelet.wait_for(lambda: len(kubelet.devices(GPU_CORE)) == 800, 20):
             raise RuntimeError("plugin did not register")
@@ -182,21 +234,26 @@ def run_round(kube: FakeKubeApi, child: _Child, names: list[str], rng: random.Ra
         "emulator_ms": emulator,
         "plugin_process_cpu_s": plugin_report["cpu_s"],
         "message_sizes": sizes,
+        "profile": plugin_report.get("profile"),
+        "pod_resources_calls": dict(kubelet.pod_resources.calls),
+        "rate_limited": kubelet.pod_resources.limiter.rejected,
     }
 
 
-def run(pods: int, seed: int, pace_ms: float = 0.0, rounds: int = 3, order: str = "batch") -> dict[str, Any]:
+def run(pods: int, seed: int, pace_ms: float = 0.0, rounds: int = 3, order: str = "batch", profile: Path | None = None, kubelet: str = "1.30") -> dict[str, Any]:
     kube, names, inventory_source = _setup(pods, seed)
     rng = random.Random(seed)
-    children = [_fork_plugin(kube) for _ in range(rounds)]
+    children = [_fork_plugin(kube, profile is not None) for _ in range(rounds)]
     try:
-        raw = [run_round(kube, child, names, rng, order, pace_ms) for child in children]
+        raw = [run_round(kube, child, names, rng, order, pace_ms, VERSIONS[kubelet]) for child in children]
     finally:
         for child in children:
             child.stop.set()
             child.go.set()
             child.process.join(20)
             shutil.rmtree(child.root, ignore_errors=True)
+    if profile is not None:
+        _write_profile(profile, [r["profile"] for r in raw if r["profile"] is not None])
     all_unhealthy = list_and_watch_response(inventory_from_backend(inventory_source).all_unhealthy()).ByteSize()
     began = time.perf_counter()
     per_mib = per_mib_message_bytes(8, KNOWN_MODELS_MIB["H200-141GB"])
@@ -207,7 +264,7 @@ def run(pods: int, seed: int, pace_ms: float = 0.0, rounds: int = 3, order: str 
 
     per_round = []
     for r in raw:
-        entry: dict[str, Any] = {"plugin_process_cpu_s": r["plugin_process_cpu_s"]}
+        entry: dict[str, Any] = {"plugin_process_cpu_s": r["plugin_process_cpu_s"], "pod_resources_calls": r["pod_resources_calls"], "rate_limited": r["rate_limited"]}
         for rpc, name in (("Allocate", "allocate"), ("PreStartContainer", "prestart")):
             entry[f"{name}_ms"] = _summary(r["client_ms"][rpc])
             if r["plugin_wall_ms"][rpc]:
@@ -223,6 +280,7 @@ def run(pods: int, seed: int, pace_ms: float = 0.0, rounds: int = 3, order: str 
         "pods": pods,
         "pace_ms": pace_ms,
         "order": order,
+        "kubelet": kubelet,
         "rounds": rounds,
         "per_round": per_round,
         "allocate_ms": _summary(pooled("client_ms", "Allocate")),
@@ -244,6 +302,30 @@ def run(pods: int, seed: int, pace_ms: float = 0.0, rounds: int = 3, order: str 
     return result
 
 
+def _write_profile(path: Path, marshalled: list[bytes]) -> None:
+    """Merge the rounds' stats into `path` (a pstats file)."""
+    merged: pstats.Stats | None = None
+    for blob in marshalled:
+        stats = pstats.Stats()
+        stats.stats = marshal.loads(blob)  # type: ignore[attr-defined]
+        stats.get_top_level_stats()  # type: ignore[attr-defined]
+        if merged is None:
+            merged = stats
+        else:
+            merged.add(stats)
+    if merged is not None:
+        merged.dump_stats(str(path))
+
+
+def _print_profile(path: Path, top: int = 25) -> None:
+    for key, title in (("tottime", "own time"), ("cumulative", "cumulative time")):
+        out = io.StringIO()
+        pstats.Stats(str(path), stream=out).strip_dirs().sort_stats(key).print_stats(top)
+        body = out.getvalue()
+        print(f"--- plugin process profile, by {title} (all threads, all rounds; {path}) ---")
+        print(body[body.find("   ncalls"):].rstrip())
+
+
 def _line(s: dict[str, float]) -> str:
     return f"p50 {s['p50']:.2f} p99 {s['p99']:.2f}"
 
@@ -255,20 +337,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fresh plugin process and emulator per round (default 3)")
     parser.add_argument("--order", choices=["batch", "interleaved"], default="batch", help="batch: all Allocates, then starts shuffled (default); interleaved: pod by pod")
     parser.add_argument("--pace-ms", type=float, default=0.0, help="pause between container starts (default 0: back to back)")
+    parser.add_argument("--kubelet", choices=sorted(VERSIONS), default="1.30", help="kubelet release the emulator behaves as (default 1.30)")
+    parser.add_argument("--profile", type=Path, metavar="FILE", help="profile the plugin process (cProfile, all threads) into FILE and print its top functions")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = run(args.pods, args.seed, args.pace_ms, max(1, args.rounds), args.order)
+    result = run(args.pods, args.seed, args.pace_ms, max(1, args.rounds), args.order, args.profile, args.kubelet)
     if args.json:
         print(json.dumps(result, indent=1))
         return
     a, p = result["allocate_ms"], result["prestart_ms"]
     shape = "Allocate then PreStartContainer in shuffled order" if result["order"] == "batch" else "Allocate and PreStartContainer pod by pod"
-    print(f"node {result['node']}, {result['pods']} pods bound, {shape}, {result['pace_ms']} ms between starts, {result['rounds']} rounds")
+    print(f"node {result['node']}, {result['pods']} pods bound, {shape}, {result['pace_ms']} ms between starts, {result['rounds']} rounds, kubelet {result['kubelet']}")
     for i, r in enumerate(result["per_round"], 1):
         line = f"  round {i}: Allocate {_line(r['allocate_ms'])} ms | PreStartContainer {_line(r['prestart_ms'])} ms"
         if "allocate_plugin_ms" in r:
             line += (f" | in plugin: Allocate {_line(r['allocate_plugin_ms'])}, PreStart {_line(r['prestart_plugin_ms'])} ms"
                      f" | plugin process CPU {r['plugin_process_cpu_s']:.2f} s")
+        calls = r["pod_resources_calls"]
+        line += f" | PodResources List {calls.get('List', 0)} Get {calls.get('Get', 0)}, rate-limited {r['rate_limited']}"
         print(line)
     print(f"Allocate            p50 {a['p50']:.2f} ms  p99 {a['p99']:.2f} ms  (n={a['n']}, target p99 <= 10 ms; worst round p99 {result['allocate_worst_round_p99']:.2f} ms)")
     print(f"PreStartContainer   p50 {p['p50']:.2f} ms  p99 {p['p99']:.2f} ms  (n={p['n']}, target p99 <= 10 ms; worst round p99 {result['prestart_worst_round_p99']:.2f} ms)")
@@ -286,6 +372,8 @@ def main() -> None:
           f"largest possible (every GPU unhealthy) {result['list_and_watch_bytes_all_unhealthy']:,} bytes")
     print(f"ListAndWatch if memory were one device per MiB ({result['per_mib_devices']:,} devices): {result['per_mib_message_bytes']:,} bytes "
           f"= {result['per_mib_message_bytes'] / limit:.1f} x the limit")
+    if args.profile is not None:
+        _print_profile(args.profile)
 
 
 if __name__ == "__main__":

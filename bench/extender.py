@@ -36,7 +36,7 @@ from tessera.alloc import MILLI_PER_GPU, PodRequest
 from tessera.scheduler.simulate import trace_pod_manifest
 from tessera.sim.trace import load_nodes, load_pods
 
-TRACES = Path(os.environ.get("TESSERA_TRACES", "/work/shared/traces/openb"))
+TRACES = Path(os.environ.get("TESSERA_TRACES", Path(__file__).resolve().parent / "traces" / "openb"))
 
 
 class Conn:

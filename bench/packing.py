@@ -1,9 +1,13 @@
 """Packing benchmark: the FGD paper's experiment on the openb traces, our policies side by side with
 the paper's published numbers, with the spread across seeds and a paired comparison with FGD.
 
-    nice python bench/packing.py                       # default, gpushare40, multigpu50; seeds 42-51
+    nice python bench/packing.py                       # the default trace (in bench/traces/openb); seeds 42-51
     nice python bench/packing.py --traces default --seeds 42-44 --policies fragmentation-aware,fgd
-    nice python bench/packing.py --traces all --policies fragmentation-aware,fgd --workers 2
+    nice python bench/packing.py --trace-dir CLUSTERDATA/cluster-trace-gpu-v2023/csv --traces all --policies fragmentation-aware,fgd --workers 2
+
+The repository ships the GPU node list and the default pod trace (bench/traces/openb); the variant
+traces (gpushare*, multigpu*, gpuspec*, cpu*) and the paper's summaries (`paper-results/` beside
+the CSVs, optional) come from a checkout of alibaba/clusterdata, passed with --trace-dir.
 
 Prints one table per trace (mean allocated % of capacity at each arrived %, spread across seeds,
 and for the first policy against `fgd`: the per-seed difference, its mean, standard deviation and
@@ -31,7 +35,7 @@ from tessera.sim.compare import Curve, format_table, mean_curve, plot_curves  # 
 from tessera.sim.replay import Order, ReplayResult, ReplaySettings, replay  # noqa: E402
 from tessera.sim.trace import load_nodes, load_pods  # noqa: E402
 
-TRACES = Path("/work/shared/traces/openb")
+TRACES = ROOT / "bench" / "traces" / "openb"
 PAPER_COLUMNS = ("90", "95", "98", "100", "110", "120", "130")
 COMPARE_AT = (90.0, 95.0, 98.0, 100.0, 110.0, 120.0, 130.0)
 # Two-sided 5 % critical values of Student's t by degrees of freedom (paired test over seeds).
@@ -107,7 +111,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", default="default,gpushare40,multigpu50", help="comma-separated, or 'all' (24 openb workloads)")
+    parser.add_argument("--traces", default="default", help="comma-separated, or 'all' (24 openb workloads, with --trace-dir); default: the shipped default trace")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--policies", default="fragmentation-aware,fgd,binpack,spread")
     parser.add_argument("--trace-dir", default=str(TRACES))

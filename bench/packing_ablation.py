@@ -1,7 +1,7 @@
 """Ablation of the fragmentation-aware policy's design choices on one openb trace.
 
     nice python bench/packing_ablation.py --seeds 42,43 --variants default,nohost,noreserve,previous
-    nice python bench/packing_ablation.py --trace cpu300 --seeds 42 --variants default,noreserve --workers 2
+    nice python bench/packing_ablation.py --trace cpu300 --trace-dir CLUSTERDATA/cluster-trace-gpu-v2023/csv --seeds 42 --variants default,noreserve --workers 2
 
 Each variant is `FragAwareSettings` (or the mix source) changed in one place; prints the allocated %
 of capacity at 90/95/100/130 % arrived per seed and the mean. See docs/scheduling.md.
@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--trace", default="default")
     parser.add_argument("--seeds", default="42")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--trace-dir", default="/work/shared/traces/openb")
+    parser.add_argument("--trace-dir", default=str(ROOT / "bench" / "traces" / "openb"), help="folder of openb CSVs (default: the ones shipped in bench/traces/openb)")
     parser.add_argument("--workers", type=int, default=1, help="replays run in this many processes (default 1)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -16,7 +16,7 @@ import statistics
 import threading
 import time
 
-from tessera import contract
+from tessera.model import contract
 from tessera.webhook.server import ServerSettings, WebhookHttpServer, serve
 from tessera.webhook.settings import WebhookSettings
 from tessera.webhook.tls import generate_bundle

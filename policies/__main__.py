@@ -1,4 +1,7 @@
-"""Tessera policy pack: `pulumi preview --policy-pack policies [--policy-pack-config policies/prod-config.json]`.
+"""Tessera policy pack: `pulumi preview --policy-pack policies [--policy-pack-config FILE]`.
+
+FILE comes from `tessera images policy-config stacks/Pulumi.<stack>.yaml`: the pack requires image
+digests exactly when the stack's images.requireDigests does.
 
 The rules are pure functions in `tessera_policies/rules.py`; `tessera_policies/pack.py` wraps them.
 """

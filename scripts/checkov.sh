@@ -60,7 +60,7 @@ for stack_file in "$ROOT"/stacks/Pulumi.*.yaml; do
   name="$(basename "$stack_file" .yaml)"
   name="${name#Pulumi.}"
   "$TESSERA_PYTHON" -m tessera.cli.main render "$stack_file" -o "$work/$name" > /dev/null
-  if "$TESSERA_PYTHON" -c 'import sys; from components.config import load_stack_file; sys.exit(0 if load_stack_file(sys.argv[1]).images.require_digests else 1)' "$stack_file"; then
+  if "$TESSERA_PYTHON" -c 'import sys; from tessera.model import load_stack_file; sys.exit(0 if load_stack_file(sys.argv[1]).images.require_digests else 1)' "$stack_file"; then
     strict+=(-d "$work/$name")
   else
     relaxed+=(-d "$work/$name")

@@ -3,14 +3,21 @@
 #
 #   scripts/pulumi-stack.sh preview|up|destroy STACK [extra pulumi arguments...]
 #
-# Order matters: the stack file is validated by `tessera validate` BEFORE Pulumi is asked to do
-# anything, so a bad config never reaches the cloud (and needs no credentials to be reported).
+# Order matters: the stack file is validated by `tessera validate` BEFORE anything about Pulumi is
+# checked or asked, so a bad config fails first with its path, never reaches the cloud, and needs
+# neither the Pulumi CLI nor credentials to be reported.
+#
+# The Pulumi CLI: the one on PATH if any; else the project's own copy in .pulumi/bin; else the
+# version pinned in requirements.txt (pulumi==X, the SDK we test with) is installed there from
+# get.pulumi.com (never system-wide, never editing shell profiles). Offline, it says how to install it.
 #
 # Environment:
 #   PULUMI_BACKEND_URL           state backend; default: local file backend in ./.pulumi-state
 #   PULUMI_CONFIG_PASSPHRASE     (or PULUMI_CONFIG_PASSPHRASE_FILE) encrypts stack secrets on file/S3 backends
 #   TENCENTCLOUD_SECRET_ID/KEY   Tencent Cloud credentials (or `pulumi config set --secret tencentcloud:secretKey`)
 #   TESSERA_BIN                  the tessera command; default: .venv/bin/tessera, else `tessera` on PATH
+#   TESSERA_PULUMI_HOME          where the project's Pulumi CLI goes; default: ./.pulumi (bin/pulumi inside)
+#   TESSERA_PULUMI_INSTALL=0     never download the Pulumi CLI (just say how to install it)
 set -euo pipefail
 
 readonly ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +31,54 @@ usage() {
 # The CLI version we test with is the one matching the pinned SDK (pulumi==X in requirements.txt).
 pinned_pulumi_version() {
   sed -n 's/^pulumi==\([0-9][0-9.]*\)$/\1/p' "$ROOT/requirements.txt" | head -n 1
+}
+
+# Download get.pulumi.com's installer and install VERSION under HOME_DIR/bin. Returns 1, having
+# printed nothing, when the installer cannot be fetched (offline); 1 with the installer's output
+# when it fails.
+install_pulumi() {
+  local version="$1" home_dir="$2" installer
+  [[ "${TESSERA_PULUMI_INSTALL:-1}" != "0" && -n "$version" ]] || return 1
+  command -v curl >/dev/null 2>&1 || return 1
+  installer="$(mktemp)" || return 1
+  if ! curl -fsSL --connect-timeout 10 --max-time 120 "$PULUMI_INSTALL_URL" -o "$installer" 2>/dev/null; then
+    rm -f "$installer"
+    return 1
+  fi
+  echo "==> installing the Pulumi CLI $version into $home_dir/bin (from $PULUMI_INSTALL_URL; for this project only)"
+  if ! sh "$installer" --version "$version" --install-root "$home_dir" --no-edit-path >&2; then
+    rm -f "$installer"
+    echo "error: the Pulumi installer failed (its output is above)." >&2
+    return 1
+  fi
+  rm -f "$installer"
+  [[ -x "$home_dir/bin/pulumi" ]]
+}
+
+# Put a Pulumi CLI on PATH (see the header), or print how to install one and return 127.
+ensure_pulumi() {
+  command -v pulumi >/dev/null 2>&1 && return 0
+  local version home_dir have=""
+  version="$(pinned_pulumi_version)"
+  home_dir="${TESSERA_PULUMI_HOME:-$ROOT/.pulumi}"
+  if [[ -x "$home_dir/bin/pulumi" ]]; then
+    have="$("$home_dir/bin/pulumi" version 2>/dev/null || true)"
+  fi
+  if [[ -n "$have" && ( -z "$version" || "$have" == "v$version" ) ]] || install_pulumi "$version" "$home_dir"; then
+    export PATH="$home_dir/bin:$PATH"
+    return 0
+  fi
+  if [[ -n "$have" ]]; then
+    echo "note: using Pulumi $have from $home_dir/bin; the pinned $version could not be installed." >&2
+    export PATH="$home_dir/bin:$PATH"
+    return 0
+  fi
+  echo "error: the Pulumi CLI is not installed (or not on PATH)." >&2
+  echo "install the version Tessera is tested with (${version:-see requirements.txt}):" >&2
+  echo "  curl -fsSL $PULUMI_INSTALL_URL | sh -s -- --version ${version:-<version>}" >&2
+  echo "  export PATH=\"\$HOME/.pulumi/bin:\$PATH\"" >&2
+  echo "then run this command again." >&2
+  return 127
 }
 
 main() {
@@ -49,17 +104,6 @@ main() {
     return 2
   fi
 
-  if ! command -v pulumi >/dev/null 2>&1; then
-    local version
-    version="$(pinned_pulumi_version)"
-    echo "error: the Pulumi CLI is not installed (or not on PATH)." >&2
-    echo "install the version Tessera is tested with (${version:-see requirements.txt}):" >&2
-    echo "  curl -fsSL $PULUMI_INSTALL_URL | sh -s -- --version ${version:-<version>}" >&2
-    echo "  export PATH=\"\$HOME/.pulumi/bin:\$PATH\"" >&2
-    echo "then run this command again." >&2
-    return 127
-  fi
-
   local tessera="${TESSERA_BIN:-}"
   if [[ -z "$tessera" ]]; then
     if [[ -x "$ROOT/.venv/bin/tessera" ]]; then
@@ -77,6 +121,8 @@ main() {
     echo "error: stack '$stack' is not valid; fix the lines above, nothing was sent to Pulumi." >&2
     return 2
   fi
+
+  ensure_pulumi || return $?
 
   # A local file backend unless the team configured one (Pulumi Cloud, or COS through s3://...).
   if [[ -z "${PULUMI_BACKEND_URL:-}" ]]; then

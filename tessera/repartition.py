@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from components.config.cron import parse_cron
-from tessera.contract import (
+from tessera.model.cron import parse_cron
+from tessera.model.contract import (
     LABEL_LAYOUT,
     LABEL_MAX_SHARES_PER_GPU,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,

@@ -30,7 +30,7 @@ WORKLOAD_TYPES: Final = (
     "kubernetes:core/v1:Pod",
 )
 
-# Names shared with tessera/contract.py; repeated here because a policy pack runs in its own
+# Names shared with tessera/model/contract.py; repeated here because a policy pack runs in its own
 # virtualenv without the tessera package.
 LABEL_POOL_KIND: Final = "tessera.dev/pool-kind"
 TAINT_GPU: Final = "tessera.dev/gpu"

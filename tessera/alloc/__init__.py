@@ -21,13 +21,16 @@ Public API (used by the scheduler extender `tessera.scheduler` and the simulator
     `schedule(pod, candidates=None)` (best node, ties to the tie ranking);
   - `reserve(pod, placement)`: re-checks against the current state and raises
     `ReserveConflict` instead of over-committing; idempotent for the same placement;
-  - `release(uid)`, `allocated()`, `pod(uid)`, `usage()`;
+  - `release(uid)`, `allocated()`, `pod(uid)`, `placement(uid)`, `usage()`;
+  - `evaluate_without(pod, node, evicted)`: `evaluate` as if those pods were gone (preemption);
   - `to_allocation(placement, assumed_at) -> contract.Allocation`, `restore(pod, allocation)`.
   Not thread-safe: callers serialise with a lock.
 - `PlacementPolicy`: `fragmentation-aware` (default), `fgd`, `binpack`, `spread`, `bestfit`,
   `dotprod`, `random`. GPU-level binpack/spread inside a node follows the node label
   `tessera.dev/gpu-placement` when set. Online pods avoid GPUs with offline work; offline pods
   pack onto GPUs that already hold offline work.
+
+May import `tessera.model` only (stdlib otherwise): the extender, the simulator and the tests share it.
 """
 from tessera.alloc.cluster import Cluster, Usage
 from tessera.alloc.scores import extender_scores

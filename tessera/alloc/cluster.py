@@ -42,7 +42,7 @@ from tessera.alloc.policy import (
 )
 from tessera.alloc.ranking import BestNodeIndex
 from tessera.alloc.workload import MixSnapshot, WorkloadMix
-from tessera.contract import Allocation, GpuShare
+from tessera.model.contract import Allocation, GpuShare
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,22 @@ class Cluster:
         """`evaluate` for every name, with the per-pod work done once (the extender's cycles)."""
         return self._evaluations.evaluate_many(self.policy(policy), self.nodes, pod, names)
 
+    def evaluate_without(self, pod: PodRequest, node_name: str, evicted: Iterable[PodUid]) -> Evaluation | FitFailure:
+        """`evaluate` as if the pods `evicted` (those of them held on this node) were gone: they
+        are released, the node evaluated, and they are reserved again exactly as they were (the
+        preemption question "would these victims make room?"). Leaves the state as it found it."""
+        held = [(uid, self._pods[uid]) for uid in dict.fromkeys(evicted) if uid in self._pods and self._pods[uid][1].node == node_name]
+        for uid, _ in held:
+            self.release(uid)
+        try:
+            return self.evaluate(pod, node_name)
+        finally:
+            node = self.nodes[node_name]
+            for uid, (request, placement) in held:
+                # exactly what `release` took off: put it back as it was, no re-check needed
+                self._apply(node, request, placement, +1)
+                self._pods[uid] = (request, placement)
+
     def check_fit(self, pod: PodRequest, node_name: str) -> FitFailure | None:
         """None when the pod fits on the node, else why not (for the extender's FailedNodes)."""
         result = self.evaluate(pod, node_name)
@@ -332,6 +348,10 @@ class Cluster:
     def allocated(self) -> Mapping[PodUid, Placement]:
         return {uid: placement for uid, (_, placement) in self._pods.items()}
 
+    def placement(self, uid: PodUid) -> Placement | None:
+        held = self._pods.get(uid)
+        return None if held is None else held[1]
+
     def pod(self, uid: PodUid) -> PodRequest | None:
         held = self._pods.get(uid)
         return None if held is None else held[0]
@@ -346,7 +366,7 @@ class Cluster:
                     used += g.used_milli
         return Usage(cap, used, gpus)
 
-    # --- allocation records (tessera.contract) --------------------------------------------------
+    # --- allocation records (tessera.model.contract) --------------------------------------------------
     def to_allocation(self, placement: Placement, assumed_at: str) -> Allocation:
         node = self.nodes[placement.node]
         by_index = {g.index: g for g in node.gpus}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, NewType
 
-from tessera.contract import CORE_PER_GPU, GPU_CORE, LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, AppClass, GpuPlacement
+from tessera.model.contract import CORE_PER_GPU, GPU_CORE, LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, AppClass, GpuPlacement
 
 MILLI_PER_GPU: Final = 1000
 MILLI_PER_CORE: Final = MILLI_PER_GPU // CORE_PER_GPU  # 10 milli = 1 % of a GPU

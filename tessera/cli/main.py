@@ -6,9 +6,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tessera.cli import inspect, node, plan, render, repartition, scheduler, sim, validate, webhook
+from tessera.cli import diff, images, inspect, node, plan, render, repartition, scheduler, sim, validate, webhook
 
-_COMMANDS = (validate, plan, render, sim, inspect, scheduler, webhook, node, repartition)
+_COMMANDS = (validate, plan, render, diff, sim, inspect, scheduler, webhook, node, repartition, images)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,42 +1,46 @@
-"""`tessera node device-plugin|agent`: the node DaemonSet's processes. Wiring only."""
+"""`tessera node device-plugin|agent`: the node DaemonSet's processes. Wiring only.
+
+The node side (`tessera_node`, also installed as the `tessera-node` command) stands beside this
+package, not below it: its commands are found through the `tessera.node_commands` entry point group
+(pyproject.toml), so no `tessera` module imports `tessera_node`.
+"""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+ENTRY_POINT_GROUP = "tessera.node_commands"
 
 
-def _device_plugin(args: argparse.Namespace) -> int:
-    from tessera_node.deviceplugin.cli import run
+class NodeCommand(Protocol):
+    """What an entry point of the group names (`tessera_node.cli.NodeCommand`)."""
 
-    return run(args)
+    @property
+    def help(self) -> str: ...
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+    def run(self, args: argparse.Namespace) -> int: ...
 
 
-def _agent(args: argparse.Namespace) -> int:
-    from tessera_node.agent.cli import run
-
-    return run(args)
+def node_commands() -> dict[str, NodeCommand]:
+    """The installed node commands by name, in the order the distribution declares them."""
+    return {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("node", help="run the node side: device plugin, isolation agent")
-    commands = parser.add_subparsers(dest="node_command", required=True, metavar="NODE_COMMAND")
-    plugin = commands.add_parser("device-plugin", help="advertise tessera.dev/gpu-core to kubelet and check each container's allocation")
-    from tessera_node.deviceplugin.cli import add_arguments as plugin_arguments
-
-    plugin_arguments(plugin)
-    plugin.set_defaults(handler=_device_plugin)
-    agent = commands.add_parser("agent", help="enforce isolation (MPS, memory, online/offline) and export GPU metrics")
-    try:
-        from tessera_node.agent.cli import add_arguments as agent_arguments
-    except ImportError:  # the agent is optional for a plugin-only install
-        agent.set_defaults(handler=lambda _args: _unavailable())
+    installed = node_commands()
+    if not installed:  # a source tree run without `pip install`: no entry points to find
+        parser.set_defaults(handler=lambda _args: _unavailable())
         return
-    agent_arguments(agent)
-    agent.set_defaults(handler=_agent)
+    commands = parser.add_subparsers(dest="node_command", required=True, metavar="NODE_COMMAND")
+    for name, command in installed.items():
+        command_parser = commands.add_parser(name, help=command.help)
+        command.add_arguments(command_parser)
+        command_parser.set_defaults(handler=command.run)
 
 
 def _unavailable() -> int:
-    import sys
-
-    print("error: the node agent is not installed in this build", file=sys.stderr)
+    print(f"error: no node commands are installed (entry point group {ENTRY_POINT_GROUP}); reinstall the tessera distribution", file=sys.stderr)
     return 1

@@ -10,17 +10,40 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import ENV_POOLS_FILE, EXTENDER_PORT
+from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_PORT
+
+
+# What `serve` answers: kube-scheduler's extender verbs (POST, JSON) and the probes (GET).
+ENDPOINTS = (
+    ("POST", "/filter", "nodes where the pod's GPU request fits"),
+    ("POST", "/prioritize", "node scores from the placement policy"),
+    ("POST", "/preempt", "keeps the preemption victims that free GPUs the pod fits on (kube-scheduler's preemptVerb)"),
+    ("POST", "/bind", "binds the pod, recording its GPU allocation (tessera.dev/allocation)"),
+    ("GET", "/healthz", "200 once the cache is in sync (also /readyz, /livez)"),
+    ("GET", "/metrics", "Prometheus metrics"),
+)
+
+
+def _endpoint_lines() -> str:
+    return "\n".join(f"  {verb:<4} {path:<12} {what}" for verb, path, what in ENDPOINTS)
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("scheduler", help="run the kube-scheduler extender for fractional GPUs")
+    paths = ", ".join(path for _, path, _ in ENDPOINTS)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "scheduler",
+        help="run the kube-scheduler extender for fractional GPUs",
+        description=f"The kube-scheduler extender for fractional GPUs. Endpoints of `serve`:\n{_endpoint_lines()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = parser.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
     serve = actions.add_parser(
         "serve",
-        help="serve /filter, /prioritize, /bind, /healthz, /metrics",
+        help=f"serve {paths}",
         description="Run the extender in a cluster (in-cluster service account, or --kubeconfig), "
-        "or with --simulate against an in-memory cluster built from a node CSV (demo and load tests).",
+        "or with --simulate against an in-memory cluster built from a node CSV (demo and load tests).\n\n"
+        f"Endpoints:\n{_endpoint_lines()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     serve.add_argument("--context", help="kubeconfig context (default: the file's current context)")
@@ -39,6 +62,13 @@ def register(sub: Any) -> None:
         help=f"pools file (pool -> placement, policy, sharesPerGpu); default ${ENV_POOLS_FILE}, else node labels only",
     )
     serve.add_argument("--assume-ttl", type=float, default=300.0, help="seconds an annotated but unbound pod keeps its GPUs (default 300)")
+    serve.add_argument(
+        "--preempt-budget",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="longest /preempt may think, all candidate nodes together; keep it under kube-scheduler's httpTimeout (default 2)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(handler=_serve)
 
@@ -47,6 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tessera.alloc import DEFAULT_POLICY, PlacementPolicy
     from tessera.kube.api import KubeApi, KubeApiError
     from tessera.scheduler.http_server import ServerSettings
+    from tessera.scheduler.preemption import PreemptSettings
     from tessera.scheduler.service import ExtenderConfig, ExtenderService
     from tessera.scheduler.state import StateSettings
 
@@ -59,6 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.gpu_placement and not args.simulate:
         print("error: --gpu-placement only applies with --simulate; in a cluster it is the pool's node label", file=sys.stderr)
         return 2
+    if not args.preempt_budget > 0:
+        print(f"error: --preempt-budget must be more than 0 seconds, got {args.preempt_budget}", file=sys.stderr)
+        return 2
     host = args.bind_address or ("127.0.0.1" if args.simulate else "0.0.0.0")
     simulate = args.simulate is not None
     api: KubeApi
@@ -70,7 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             fake = simulated_api(args.simulate, gpu_placement=args.gpu_placement)
         except TraceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            for line in exc.problems:
+                print(line, file=sys.stderr)
             return 2
         api = fake
 
@@ -90,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
         server=ServerSettings(host=host, port=args.port),
         state=StateSettings(track_host_resources=simulate, assume_ttl_s=args.assume_ttl),
         pools_file=Path(args.pools_file) if args.pools_file else None,
+        preempt=PreemptSettings(time_budget_s=args.preempt_budget),
     )
     try:
         service = ExtenderService(api, config, pod_sink=pod_sink)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.config import ConfigError, load_stack_file
+from tessera.model import ConfigError, load_stack_file
 
 EXIT_OK = 0
 EXIT_INVALID = 2

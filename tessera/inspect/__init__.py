@@ -6,6 +6,8 @@
 - `build`: the picture (`views.Inspection`) from those objects, decoded with the scheduler
   extender's own code; `select` narrows it to nodes or pools (`FilterError` for unknown names).
 - `render`: `render_table` for people, `render_json` / `to_document` for scripts (schema v1).
+
+May import `tessera.model`, `tessera.alloc`, `tessera.kube` and the extender's decoding (`tessera.scheduler`).
 """
 from tessera.inspect.build import build, select
 from tessera.inspect.render import SCHEMA_VERSION, render_json, render_table, to_document

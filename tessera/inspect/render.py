@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from tessera.contract import GPU_CORE, GPU_MEMORY
+from tessera.model.contract import GPU_CORE, GPU_MEMORY
 from tessera.inspect.views import (
     ContainerShare,
     FlaggedPod,

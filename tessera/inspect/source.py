@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tessera.inspect.shape import ShapeError, check_node, check_pod, describe as _what
 from tessera.kube.api import KubeApi, KubeApiError, KubeObject
 
 DUMP_COMMAND: Final = "kubectl get nodes,pods -A -o json"
@@ -34,55 +35,97 @@ class ClusterObjects:
 
 
 # --- files ----------------------------------------------------------------------------------------
-def _parse(text: str, name: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as json_error:
-        import yaml  # `kubectl ... -o yaml` works too; JSON is tried first because it is much faster
+_NESTED: Final = "nested too deeply to be a kubectl dump"
 
+
+def _parse(text: str, name: str) -> Any:
+    """JSON when the text looks like JSON (so its errors are JSON's, with line and column), else YAML."""
+    if text.lstrip()[:1] in ("{", "["):
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise SourceError(
-                f"{name}: not JSON or YAML ({json_error}); expected the output of `{DUMP_COMMAND}`"
-            ) from None
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{name}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); expected the output of `{DUMP_COMMAND}`") from None
+        except RecursionError:
+            raise SourceError(f"{name}: {_NESTED}") from None
+    import yaml  # `kubectl ... -o yaml` works too
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
+        raise SourceError(f"{where}: not valid JSON or YAML ({exc.problem or exc.context}); expected the output of `{DUMP_COMMAND}`") from None
+    except yaml.YAMLError as exc:
+        raise SourceError(f"{name}: not valid JSON or YAML ({_first_line(exc)}); expected the output of `{DUMP_COMMAND}`") from None
+    except RecursionError:
+        raise SourceError(f"{name}: {_NESTED}") from None
+
+
+def _checked(kind: str, obj: KubeObject, name: str, path: str) -> KubeObject:
+    try:
+        (check_node if kind == "Node" else check_pod)(obj, path)
+    except ShapeError as exc:
+        raise SourceError(f"{name}: {exc}") from None
+    return obj
 
 
 def _items(document: Any, name: str) -> Iterable[tuple[str, KubeObject]]:
     """(kind, object) of every item; a single Node or Pod object counts as a list of one."""
     if not isinstance(document, dict):
-        raise SourceError(f"{name}: expected a Kubernetes List object, got {type(document).__name__}; dump with `{DUMP_COMMAND}`")
-    kind = str(document.get("kind", ""))
+        raise SourceError(f"{name}: expected a Kubernetes List object, got {_what(document)}; dump with `{DUMP_COMMAND}`")
+    kind = document.get("kind")
     if kind in ("Node", "Pod"):
-        return [(kind, document)]
+        return [(kind, _checked(kind, document, name, ""))]
     items = document.get("items")
     if not isinstance(items, list):
         shown = f"kind {kind!r}" if kind else "no kind and no items"
-        raise SourceError(f"{name}: not a Kubernetes List ({shown}); dump with `{DUMP_COMMAND}`")
+        detail = f"; items is {_what(items)}, not a list" if "items" in document else ""
+        raise SourceError(f"{name}: not a Kubernetes List ({shown}{detail}); dump with `{DUMP_COMMAND}`")
     out: list[tuple[str, KubeObject]] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise SourceError(f"{name}: items[{i}] is not an object; dump with `{DUMP_COMMAND}`")
-        item_kind = str(item.get("kind") or _LIST_ITEM_KIND.get(kind, ""))
+            raise SourceError(f"{name}: items[{i}]: expected an object, got {_what(item)}; dump with `{DUMP_COMMAND}`")
+        item_kind = item.get("kind") or _LIST_ITEM_KIND.get(str(kind), "")
         if item_kind in ("Node", "Pod"):
-            if not isinstance(item.get("metadata"), dict) or not (item["metadata"].get("name")):
-                raise SourceError(f"{name}: items[{i}] is a {item_kind} without metadata.name; is the file complete?")
-            out.append((item_kind, item))
+            out.append((item_kind, _checked(item_kind, item, name, f"items[{i}]")))
     return out
+
+
+def _decode(data: bytes, name: str) -> str:
+    """UTF-8 (with or without a byte-order mark), or UTF-16 with its mark (PowerShell's `>`)."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            raise SourceError(f"{name}: starts like UTF-16 text but is not; expected the output of `{DUMP_COMMAND}`") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SourceError(
+            f"{name}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); expected the output of `{DUMP_COMMAND}`"
+        ) from None
 
 
 def _read_text(path: str) -> tuple[str, str]:
     """(display name, text) of a file, `-` being standard input."""
     if path == "-":
-        return "<stdin>", sys.stdin.read()
+        stream = getattr(sys.stdin, "buffer", None)  # None when a test put a text stream there
+        path, data = "<stdin>", stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    else:
+        data = _read_bytes(path)
+    if not data.strip():
+        raise SourceError(f"{path}: empty; expected the output of `{DUMP_COMMAND}`")
+    return path, _decode(data, path)
+
+
+def _read_bytes(path: str) -> bytes:
     try:
-        return path, Path(path).read_text(encoding="utf-8")
+        return Path(path).read_bytes()
     except FileNotFoundError:
         raise SourceError(f"{path}: no such file; create it with `{DUMP_COMMAND} > {path}`") from None
     except IsADirectoryError:
         raise SourceError(f"{path}: is a directory; pass the file written by `{DUMP_COMMAND}`") from None
-    except UnicodeDecodeError:
-        raise SourceError(f"{path}: not a text file; expected the output of `{DUMP_COMMAND}`") from None
     except OSError as exc:
         raise SourceError(f"{path}: cannot read it ({exc.strerror or exc}); check the path and its permissions") from None
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from tessera.contract import CORE_PER_GPU
+from tessera.model.contract import CORE_PER_GPU
 
 
 class Reason(str, Enum):

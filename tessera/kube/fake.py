@@ -170,6 +170,21 @@ class FakeKubeApi:
         with self._cond:
             self._budgets[(namespace, name)] = _DisruptionBudget(dict(match_labels), disruptions_allowed)
 
+    def disruption_budgets(self) -> list[tuple[str, dict[str, str], int]]:
+        """(namespace, matchLabels, status.disruptionsAllowed) of every budget, as a PDB lister
+        would show them (kube-scheduler's preemption reads them)."""
+        with self._cond:
+            return [(ns, dict(b.match_labels), b.disruptions_allowed) for (ns, _), b in sorted(self._budgets.items())]
+
+    def set_pod_start_time(self, namespace: str, name: str, start_time: str) -> KubeObject:
+        """What kubelet writes once it starts the pod: `status.startTime` (RFC 3339)."""
+        with self._cond:
+            pod = self._pod(namespace, name)
+            pod.setdefault("status", {})["startTime"] = start_time
+            self._bump(pod)
+            self._emit(Kind.POD, "MODIFIED", pod)
+            return copy.deepcopy(pod)
+
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._cond:
             pod = self._pods.pop((namespace, name), None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
+from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -34,6 +34,7 @@ from tessera.manifests.objects import (
 )
 from tessera.manifests.pools import pools_env, pools_mount, pools_volume
 from tessera.manifests.rbac import cluster_grant
+from tessera.manifests.scheduler import preempt_budget_seconds
 from tessera.manifests.settings import PlatformSettings
 
 COMPONENT: Final = "extender"
@@ -55,6 +56,8 @@ def extender_command(settings: PlatformSettings) -> list[str]:
         settings.scheduler.placement,
         "--log-level",
         settings.scheduler.log_level.upper(),
+        "--preempt-budget",
+        str(preempt_budget_seconds(settings)),
     ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from components.config.stack import StackConfig
+from tessera.model.stack import StackConfig
 
 # Rendering assumes this when an `existing` cluster's version is not given (as the rest of the stack does).
 ASSUMED_VERSION: Final = (1, 30)

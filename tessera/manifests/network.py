@@ -9,7 +9,7 @@ allow.
 | --- | --- | --- |
 | extender | 8888 (filter/prioritize/bind, /metrics) | tessera-scheduler pods; Prometheus |
 | tessera-scheduler | 10259 (/metrics, HTTPS + token review) | Prometheus |
-| tessera-node | agent metrics port | Prometheus |
+| tessera-node | agent and device plugin metrics ports | Prometheus |
 | tessera-webhook | 8443 (admission, HTTPS) | anywhere: the API server's address is not portable; the policy still closes every other port |
 
 "Prometheus" is any pod labelled `app.kubernetes.io/name: prometheus` in any namespace (the label
@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera.contract import EXTENDER_PORT
+from tessera.model.contract import EXTENDER_PORT
 from tessera.manifests import extender, node, scheduler, webhook
 from tessera.manifests.objects import KubeObject, metadata, obj, selector_labels
 from tessera.manifests.settings import PlatformSettings
@@ -59,7 +59,7 @@ def build_network_policies(settings: PlatformSettings) -> dict[str, list[KubeObj
     scheduler_pods = {"podSelector": {"matchLabels": selector_labels(scheduler.COMPONENT, scheduler.NAME)}}
     extender_rules = [_rule(EXTENDER_PORT, [scheduler_pods, *scrape])]
     scheduler_rules = [_rule(scheduler.SECURE_PORT, scrape)] if scrape else []
-    node_rules = [_rule(settings.monitoring.metrics_port, scrape)] if scrape else []
+    node_rules = [_rule(port, scrape) for port in (settings.monitoring.metrics_port, settings.monitoring.device_plugin_metrics_port)] if scrape else []
     return {
         extender.COMPONENT: [_policy(extender.NAME, extender.COMPONENT, settings, extender_rules)],
         scheduler.COMPONENT: [_policy(scheduler.NAME, scheduler.COMPONENT, settings, scheduler_rules)],

@@ -29,7 +29,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera.contract import LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
+from tessera.model.contract import LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -57,6 +57,7 @@ STATE_DIR: Final = "/var/lib/tessera"
 PLUGIN_SOCKET: Final = "tessera-gpu-core.sock"  # tessera_node.deviceplugin.plugin.DevicePluginSettings.endpoint
 CGROUP_DIR: Final = "/sys/fs/cgroup"
 SHARED_NODE_SELECTOR: Final = MappingProxyType({LABEL_POOL_KIND: "shared"})
+PLUGIN_METRICS_PORT: Final = "plugin-metrics"  # the device plugin's /metrics (the agent's port is "metrics")
 
 
 def node_rules() -> list[dict[str, Any]]:
@@ -91,12 +92,16 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
         "name": "device-plugin",
         "image": settings.tessera_image,
         "imagePullPolicy": settings.pull_policy,
-        "command": ["tessera", "node", "device-plugin", "--device-plugin-dir", DEVICE_PLUGIN_DIR],
+        "command": [
+            "tessera", "node", "device-plugin", "--device-plugin-dir", DEVICE_PLUGIN_DIR,
+            "--metrics-port", str(settings.monitoring.device_plugin_metrics_port),
+        ],
         "env": [
             *_common_env(),
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         ],
+        "ports": [{"name": PLUGIN_METRICS_PORT, "containerPort": settings.monitoring.device_plugin_metrics_port, "protocol": "TCP"}],
         # Ready once its socket exists, i.e. it is registered with kubelet. No liveness probe: the
         # plugin re-registers itself within a second of a kubelet restart, and its socket is gone
         # on purpose while gpu-operator pauses device plugins for a MIG change.
@@ -234,7 +239,11 @@ def _metrics_service(settings: PlatformSettings) -> KubeObject:
             # headless: Prometheus scrapes every node's agent, not a load-balanced one
             "clusterIP": "None",
             "selector": selector_labels(COMPONENT, NAME),
-            "ports": [{"name": "metrics", "port": settings.monitoring.metrics_port, "targetPort": "metrics", "protocol": "TCP"}],
+            # the annotations name the agent's port; ServiceMonitors scrape both
+            "ports": [
+                {"name": "metrics", "port": settings.monitoring.metrics_port, "targetPort": "metrics", "protocol": "TCP"},
+                {"name": PLUGIN_METRICS_PORT, "port": settings.monitoring.device_plugin_metrics_port, "targetPort": PLUGIN_METRICS_PORT, "protocol": "TCP"},
+            ],
         },
     )
 

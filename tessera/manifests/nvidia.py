@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import yaml
 
-from components.config.stack import StackConfig
-from tessera.contract import TAINT_GPU
+from tessera.model.stack import StackConfig
+from tessera.model.contract import TAINT_GPU
 from tessera.manifests.nvidia_layouts import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     MIG_DISABLED_CONFIG,
@@ -112,9 +112,13 @@ def gpu_operator_values(config: StackConfig) -> dict[str, Any]:
         },
         "dcgmExporter": {
             "enabled": monitoring.dcgm_exporter,
+            # honorLabels keeps dcgm-exporter's own namespace/pod/container (the pod holding the GPU)
+            # instead of renaming them exported_*; the labels let the stack's Prometheus select it
             "serviceMonitor": {
-                "enabled": monitoring.dcgm_exporter and monitoring.service_monitors,
+                "enabled": monitoring.dcgm_exporter and monitoring.operator,
                 "interval": f"{monitoring.scrape_interval_seconds}s",
+                "honorLabels": True,
+                "additionalLabels": monitoring.object_labels(),
             },
         },
     }

@@ -1,7 +1,7 @@
 """NVIDIA pool layouts: the mig-parted configs and device-plugin configs each pool (and each of its
 scheduled layouts) needs, and the config names node labels point at.
 
-Naming: a pool's own layout is `tessera-<pool>` (`tessera.contract.mig_config_name` /
+Naming: a pool's own layout is `tessera-<pool>` (`tessera.model.contract.mig_config_name` /
 `device_plugin_config_name`); re-partitioning entry *i* is `tessera-<pool>.<i>`. The dot cannot
 appear in a pool name (a DNS label), so pool `a` layout 1 never collides with a pool named `a-1`.
 
@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from components.config.mig import MigStrategy, mig_replicas, resolve_layout
-from components.config.mig import cluster_mig_strategy as mig_cluster_strategy
-from components.config.pools import MigPool, PoolBase, SharedPool, TimeSlicingConfig, TimeslicePool
-from components.config.stack import StackConfig
-from tessera.contract import NVIDIA_GPU, device_plugin_config_name, mig_config_name
+from tessera.model.mig import MigStrategy, mig_replicas, resolve_layout
+from tessera.model.mig import cluster_mig_strategy as mig_cluster_strategy
+from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeSlicingConfig, TimeslicePool
+from tessera.model.stack import StackConfig
+from tessera.model.contract import NVIDIA_GPU, device_plugin_config_name, mig_config_name
+from tessera.model.labels_taints import MIG_DISABLED as MIG_DISABLED_CONFIG  # the entry that non-mig pools' nodes are labelled with
 from tessera.repartition import layout_config_name
 
 DEFAULT_DEVICE_PLUGIN_CONFIG: Final = "default"
-MIG_DISABLED_CONFIG: Final = "all-disabled"
 
 __all__ = [
     "DEFAULT_DEVICE_PLUGIN_CONFIG",
@@ -60,7 +60,7 @@ class DevicePluginEntry:
 
 
 def cluster_mig_strategy(config: StackConfig) -> MigStrategy:
-    """`mixed` if any mig pool is mixed, else `single` (components.config.mig.cluster_mig_strategy,
+    """`mixed` if any mig pool is mixed, else `single` (tessera.model.mig.cluster_mig_strategy,
     which `tessera plan` uses too)."""
     return mig_cluster_strategy(p.mig.strategy for p in config.node_pools if isinstance(p, MigPool))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from tessera.contract import TESSERA_NAMESPACE
+from tessera.model.contract import TESSERA_NAMESPACE
 
 KubeObject = dict[str, Any]
 

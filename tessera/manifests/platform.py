@@ -1,19 +1,19 @@
-"""Cluster-level objects every Tessera component relies on: namespace, priority classes, quotas.
+"""Cluster-level objects every Tessera component relies on: namespaces, priority classes, quotas.
 
-Also the ServiceMonitors (separate builder: they need prometheus-operator's CRDs, so they go in
-their own component and are only rendered when monitoring asks for them).
+The namespaces are Tessera's own and, with `monitoring.mode: kube-prometheus-stack`, the
+monitoring stack's (its Helm release needs it before it installs). ServiceMonitors, alert rules and
+dashboards are built by `tessera.manifests.monitoring`.
 """
 from __future__ import annotations
 
 from typing import Final
 
-from tessera.contract import (
+from tessera.model.contract import (
     PRIORITY_CLASS_CRITICAL,
     PRIORITY_CLASS_OFFLINE,
     PRIORITY_CLASS_ONLINE,
 )
-from tessera.manifests import extender, node
-from tessera.manifests.objects import KubeObject, metadata, obj, selector_labels
+from tessera.manifests.objects import KubeObject, metadata, obj
 from tessera.manifests.pools import build_pools_configmap
 from tessera.manifests.settings import NamespaceQuota, PlatformSettings
 
@@ -84,31 +84,10 @@ def build_platform_objects(settings: PlatformSettings) -> list[KubeObject]:
     Quota namespaces are the teams' own and must exist already (Tessera does not own them).
     """
     out: list[KubeObject] = [_namespace(settings.namespace, "privileged"), *priority_classes()]
+    if settings.monitoring.stack_namespace is not None:
+        # node-exporter uses the host's network, PID namespace and file system
+        out.append(_namespace(settings.monitoring.stack_namespace, "privileged"))
     if settings.sharing_enabled:
         out.extend(build_pools_configmap(settings))
     out.extend(resource_quota(q) for q in settings.quotas)
     return out
-
-
-def _service_monitor(name: str, component: str, port: str, settings: PlatformSettings) -> KubeObject:
-    return obj(
-        "monitoring.coreos.com/v1",
-        "ServiceMonitor",
-        metadata(name, component, settings.namespace),
-        spec={
-            "selector": {"matchLabels": selector_labels(component, name)},
-            "namespaceSelector": {"matchNames": [settings.namespace]},
-            "endpoints": [{"port": port, "path": "/metrics", "interval": f"{settings.monitoring.scrape_interval_seconds}s"}],
-        },
-    )
-
-
-def build_monitoring_objects(settings: PlatformSettings) -> list[KubeObject]:
-    """ServiceMonitors for the extender and the node agents (prometheus-operator CRDs required)."""
-    if not (settings.monitoring.service_monitors and settings.monitoring.enabled and settings.sharing_enabled):
-        return []
-    return [
-        _service_monitor(extender.NAME, extender.COMPONENT, "http", settings),
-        _service_monitor(node.NAME, node.COMPONENT, "metrics", settings),
-    ]
-

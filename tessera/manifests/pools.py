@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from tessera.contract import ENV_POOLS_FILE, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY, POOLS_FILE
+from tessera.model.contract import ENV_POOLS_FILE, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY, POOLS_FILE
 from tessera.manifests.objects import KubeObject, config_map
 from tessera.manifests.settings import PlatformSettings
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 RELEASE_NAME: Final = "prometheus-adapter"
 CHART: Final = "prometheus-adapter"
@@ -75,7 +75,7 @@ def queue_time_rule() -> dict[str, Any]:
 def prometheus_adapter_values(config: StackConfig) -> dict[str, Any]:
     """Chart values (keys as in prometheus-community/prometheus-adapter's values.yaml, 4.x)."""
     return {
-        "prometheus": split_prometheus_url(config.monitoring.prometheus_url),
+        "prometheus": split_prometheus_url(config.monitoring.prometheus_query_url()),
         "metricsRelistInterval": RELIST_INTERVAL,
         "replicas": REPLICAS,
         "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from tessera.contract import TESSERA_NAMESPACE
+from tessera.model.contract import TESSERA_NAMESPACE
 from tessera.manifests.objects import KubeObject, metadata, obj
 
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"

@@ -1,7 +1,7 @@
 """Objects -> YAML files, byte-stable: the pure core of `tessera render`.
 
 One file per component, numbered in apply order (`kubectl apply -f DIR` reads files in name order),
-each Helm release (gpu-operator, prometheus-adapter) in its own sub-directory named after it (a
+each Helm release (kube-prometheus-stack, gpu-operator, prometheus-adapter) in a sub-directory named after its chart (a
 plain `kubectl apply -f DIR` does not recurse into it; Helm or Pulumi installs it), and on existing
 clusters `nodes/label-nodes.sh`. Keys are written in a canonical order (apiVersion,
 kind, metadata first, then sorted), so the bytes depend only on the objects, never on the order a
@@ -9,30 +9,29 @@ builder happened to insert keys in.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from tessera.manifests.existing_nodes import label_script
+from tessera.manifests.kube_prometheus_stack import CHART as KUBE_PROMETHEUS_STACK_CHART
 from tessera.manifests.prometheus_adapter import RELEASE_NAME as PROMETHEUS_ADAPTER_RELEASE
+from tessera.manifests.render_dir import RENDER_MARK
 from tessera.manifests.stack import COMPONENT_ORDER, HelmRelease, build_stack, helm_releases
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 GPU_OPERATOR_DIR: Final = "gpu-operator"
 PROMETHEUS_ADAPTER_DIR: Final = PROMETHEUS_ADAPTER_RELEASE
-# every directory a Helm release may be rendered into (render removes stale files there)
-RELEASE_DIRS: Final = (GPU_OPERATOR_DIR, PROMETHEUS_ADAPTER_DIR)
+KUBE_PROMETHEUS_STACK_DIR: Final = KUBE_PROMETHEUS_STACK_CHART
+# every directory a Helm release may be rendered into, named after its chart (render removes stale files there)
+RELEASE_DIRS: Final = (GPU_OPERATOR_DIR, PROMETHEUS_ADAPTER_DIR, KUBE_PROMETHEUS_STACK_DIR)
 NODES_DIR: Final = "nodes"
 LABEL_SCRIPT: Final = f"{NODES_DIR}/label-nodes.sh"
 VALUES_FILE: Final = f"{GPU_OPERATOR_DIR}/values.yaml"
 RELEASE_FILE: Final = f"{GPU_OPERATOR_DIR}/release.yaml"
-# Files `render` owns in the output directory (stale ones are removed so `kubectl apply -f` never
-# re-applies a component the stack no longer has); anything else in the directory is left alone.
-OWNED_FILE: Final = re.compile(r"^\d\d-[a-z0-9-]+\.yaml$")
 _TOP_KEYS: Final = ("apiVersion", "kind", "metadata")
 
 
@@ -71,14 +70,15 @@ def component_file(component: str) -> str:
 
 
 def _header(source: str, what: str) -> str:
-    return f"# Rendered by `tessera render` from {source}: {what}. Do not edit; change the stack file.\n"
+    return f"{RENDER_MARK} from {source}: {what}. Do not edit; change the stack file.\n"
 
 
 def release_dir(release: HelmRelease) -> str:
-    """The sub-directory a release is rendered into: its release name (one of RELEASE_DIRS)."""
-    if release.name not in RELEASE_DIRS:
-        raise ValueError(f"no render directory for Helm release {release.name!r}; add it to RELEASE_DIRS")
-    return release.name
+    """The sub-directory a release is rendered into: its chart's name (one of RELEASE_DIRS), which
+    stays put when a stack renames the release."""
+    if release.chart not in RELEASE_DIRS:
+        raise ValueError(f"no render directory for Helm chart {release.chart!r}; add it to RELEASE_DIRS")
+    return release.chart
 
 
 def _release_files(release: HelmRelease, source: str) -> dict[str, str]:

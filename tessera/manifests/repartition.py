@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final
 
-from components.config.stack import StackConfig
-from tessera.contract import (
+from tessera.model.stack import StackConfig
+from tessera.model.contract import (
     LABEL_LAYOUT,
     LABEL_MAX_SHARES_PER_GPU,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,

@@ -15,6 +15,11 @@ GPU decisions to the Tessera extender:
   never placed without a GPU allocation record.
 - `bindVerb`: the extender binds, because the allocation must be recorded on the pod before the
   Binding exists (the node side refuses containers without a record).
+- `preemptVerb`: without it kube-scheduler never calls /preempt (`SupportsPreemption` is
+  `len(preemptVerb) > 0`) and evicts the victims of its own choice, counted as a gpu-core sum
+  over the node, which may free nothing on any single GPU.
+
+`docs/scheduler-extender.md` shows this configuration as `scheduler_doc` renders it from here.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Any, Final
 
 import yaml
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, PRIORITY_CLASS_CRITICAL, SCHEDULER_NAME
+from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, PRIORITY_CLASS_CRITICAL, SCHEDULER_NAME
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -64,6 +69,16 @@ def go_duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
+# Share of the extender's httpTimeout that /preempt may spend deciding: one call carries every
+# candidate node (up to 100 or more), and a call that times out fails the pod's preemption.
+PREEMPT_BUDGET_SHARE: Final = 0.4
+
+
+def preempt_budget_seconds(settings: PlatformSettings) -> float:
+    """The extender's `--preempt-budget`, derived from the httpTimeout kube-scheduler applies."""
+    return round(settings.scheduler.http_timeout_seconds * PREEMPT_BUDGET_SHARE, 3)
+
+
 def scheduler_configuration(settings: PlatformSettings) -> dict[str, Any]:
     """The KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) the second scheduler runs."""
     return {
@@ -89,6 +104,7 @@ def scheduler_configuration(settings: PlatformSettings) -> dict[str, Any]:
                 "filterVerb": "filter",
                 "prioritizeVerb": "prioritize",
                 "bindVerb": "bind",
+                "preemptVerb": "preempt",
                 "weight": settings.scheduler.weight,
                 "enableHTTPS": False,
                 "httpTimeout": go_duration(settings.scheduler.http_timeout_seconds),

@@ -2,17 +2,17 @@
 
 The builders in this package take these settings, not the pydantic stack model, so that they stay
 pure and testable with literal values; `platform_settings()` is the one adapter from
-`components.config.StackConfig` to them.
+`tessera.model.StackConfig` to them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tessera.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
+from tessera.model.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
 
 if TYPE_CHECKING:  # the adapter is the only place that knows the config model
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,13 @@ class MonitoringSettings:
 
     enabled: bool = True
     """Expose metrics and add `prometheus.io/*` scrape annotations on the metrics Services."""
-    service_monitors: bool = False
-    """Create prometheus-operator ServiceMonitors (needs its CRDs; default False)."""
     scrape_interval_seconds: int = 30
     metrics_port: int = 9500
     """Port of the node agent's /metrics."""
+    device_plugin_metrics_port: int = 9501
+    """Port of the device plugin's /metrics (same pod as the agent)."""
+    stack_namespace: str | None = None
+    """Namespace of the kube-prometheus-stack release Tessera deploys; None when it deploys none."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,10 @@ def platform_settings(config: StackConfig) -> PlatformSettings:
         quotas=tuple(NamespaceQuota(q.namespace, q.hard()) for q in config.quotas if q.hard()),
         monitoring=MonitoringSettings(
             enabled=m.enabled,
-            service_monitors=m.service_monitors,
             scrape_interval_seconds=m.scrape_interval_seconds,
             metrics_port=m.metrics_port,
+            device_plugin_metrics_port=m.device_plugin_metrics_port,
+            stack_namespace=m.kube_prometheus_stack.namespace if m.mode == "kube-prometheus-stack" and m.enabled else None,
         ),
         namespace=config.namespace,
         pull_policy=config.images.pull_policy,

@@ -3,8 +3,8 @@
 `build_stack(config)` is pure: the same config gives the same objects in the same order, so
 `tessera render` is byte-stable and Pulumi previews show only real changes. `COMPONENT_ORDER` is
 the apply order of the rendered files; Pulumi applies the same groups with explicit dependencies
-(`components.platform`).
-The Helm charts (gpu-operator, prometheus-adapter) are not lists of objects: `helm_releases(config)`
+(`tessera_pulumi.platform`).
+The Helm charts (kube-prometheus-stack, gpu-operator, prometheus-adapter) are not lists of objects: `helm_releases(config)`
 describes them, Pulumi installs each with helm v4 `Chart`, `tessera render` writes each one's
 values file and release description into a directory named after the release.
 """
@@ -13,15 +13,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from tessera.manifests import extender, network, node, nvidia, platform, prometheus_adapter, repartition, scheduler, webhook
+from tessera.manifests import (
+    extender,
+    kube_prometheus_stack,
+    monitoring,
+    network,
+    node,
+    nvidia,
+    platform,
+    prometheus_adapter,
+    repartition,
+    scheduler,
+    webhook,
+)
 from tessera.manifests.objects import KubeObject, sorted_objects
 from tessera.manifests.settings import PlatformSettings, platform_settings
 
 if TYPE_CHECKING:
-    from components.config.stack import StackConfig
+    from tessera.model.stack import StackConfig
 
 # Apply order. "platform" (namespace, priority classes, pools ConfigMap, quotas) comes first;
-# "monitoring" last because its ServiceMonitors need prometheus-operator's CRDs.
+# "monitoring" last because its ServiceMonitors and PrometheusRule need prometheus-operator's CRDs.
 COMPONENT_ORDER: Final = ("platform", "nvidia", "extender", "scheduler", "node", "webhook", "repartition", "monitoring")
 
 
@@ -51,7 +63,6 @@ def _sharing_components(settings: PlatformSettings) -> dict[str, list[KubeObject
         "extender": extender.build_extender_objects(settings) + policies.get(extender.COMPONENT, []),
         "scheduler": scheduler.build_scheduler_objects(settings) + policies.get(scheduler.COMPONENT, []),
         "node": node.build_node_objects(settings) + policies.get(node.COMPONENT, []),
-        "monitoring": platform.build_monitoring_objects(settings),
     }
 
 
@@ -62,6 +73,7 @@ def _nvidia_components(config: StackConfig) -> dict[str, list[KubeObject]]:
         "nvidia": list(nvidia.build_nvidia_objects(config)),
         "repartition": list(repartition.build_repartition_objects(config)),
         "webhook": list(webhook.build_webhook_objects(config)),
+        "monitoring": monitoring.build_monitoring_objects(config),
     }
 
 
@@ -89,6 +101,22 @@ def prometheus_adapter_release(config: StackConfig) -> HelmRelease | None:
     return _release(prometheus_adapter.prometheus_adapter_chart(config))
 
 
+def kube_prometheus_stack_release(config: StackConfig) -> HelmRelease | None:
+    """kube-prometheus-stack with this stack's values, or None unless `monitoring.mode` asks for it."""
+    m = config.monitoring
+    if m.mode != "kube-prometheus-stack" or not m.enabled:
+        return None
+    kps = m.kube_prometheus_stack
+    return HelmRelease(
+        name=kps.release_name,
+        chart=kube_prometheus_stack.CHART,
+        version=kps.chart_version,
+        repository=kps.chart_repository,
+        namespace=kps.namespace,
+        values=kube_prometheus_stack.kube_prometheus_stack_values(config),
+    )
+
+
 def _release(chart: nvidia.GpuOperatorChart | prometheus_adapter.PrometheusAdapterChart | None) -> HelmRelease | None:
     if chart is None:
         return None
@@ -103,6 +131,7 @@ def _release(chart: nvidia.GpuOperatorChart | prometheus_adapter.PrometheusAdapt
 
 
 def helm_releases(config: StackConfig) -> dict[str, HelmRelease]:
-    """Release name -> release, in install order (gpu-operator first), only those the stack needs."""
-    found = (gpu_operator_release(config), prometheus_adapter_release(config))
+    """Release name -> release, in install order, only those the stack needs. kube-prometheus-stack
+    comes first: its CRDs must exist before gpu-operator's dcgm-exporter ServiceMonitor."""
+    found = (kube_prometheus_stack_release(config), gpu_operator_release(config), prometheus_adapter_release(config))
     return {r.name: r for r in found if r is not None}

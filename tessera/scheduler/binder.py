@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.alloc import FitFailure, InvalidRequest, PodRequest, pod_request_from_k8s
-from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, ANNOTATION_GPU_INDEX_PREFIX, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, ANNOTATION_GPU_INDEX_PREFIX, Allocation
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, KubeObject, NotFound
-from tessera.scheduler.allocation_record import configmap_body, configmap_data, configmap_name, uses_mps
+from tessera.model.allocation_record import configmap_body, configmap_data, configmap_name, uses_mps
 from tessera.scheduler.extender_types import ExtenderBindingArgs, ExtenderBindingResult
 from tessera.scheduler.metrics import BindOutcome, ExtenderMetrics
-from tessera.scheduler.state import Expired, SchedulerState
+from tessera.scheduler.state import Expired, SchedulerState, pod_priority
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +135,13 @@ class Binder:
         """(allocation, re-used an existing record?) with the capacity reserved in the cache."""
         text = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ALLOCATION)
         existing = _parse(text)
-        if existing is not None and existing.node == node and self._state.adopt_for_bind(request, existing):
+        priority = pod_priority(pod)
+        if existing is not None and existing.node == node and self._state.adopt_for_bind(request, existing, priority=priority):
             return existing, True
         # kube-scheduler chose another node than the one recorded (or the record is stale):
         # what the pod held is given back before it takes the new share
         self._state.release_pod(request.uid)
-        placement = self._state.reserve_for_bind(request, node)
+        placement = self._state.reserve_for_bind(request, node, priority=priority)
         if isinstance(placement, FitFailure):
             raise BindFailed(BindOutcome.NO_FIT, f"pod does not fit on node {node}: {placement.value}")
         with self._state.lock:

@@ -1,4 +1,4 @@
-"""The extender's decisions for /filter and /prioritize, and /bind delegated to the binder.
+"""The extender's decisions for /filter and /prioritize; /bind goes to the binder, /preempt to `preemption`.
 
 Typed in, typed out (`extender_types`); the HTTP adapter does the JSON. Pods that ask for no
 Tessera GPU pass through untouched: the extender is normally configured with `managedResources`
@@ -24,6 +24,7 @@ from tessera.scheduler.extender_types import (
     HostPriority,
 )
 from tessera.scheduler.metrics import ExtenderMetrics
+from tessera.scheduler.preemption import PreemptSettings, Preemptor
 from tessera.scheduler.state import SchedulerState
 
 NOT_SHARED: Final = "not a Tessera shared GPU node (no tessera.dev/gpus inventory)"
@@ -42,9 +43,18 @@ _NOT_SHARED_MESSAGE: Final = _message(NOT_SHARED)
 
 
 class Extender:
-    def __init__(self, state: SchedulerState, binder: Binder, *, ready: Callable[[], bool], pod_sink: PodSink | None = None) -> None:
+    def __init__(
+        self,
+        state: SchedulerState,
+        binder: Binder,
+        *,
+        ready: Callable[[], bool],
+        pod_sink: PodSink | None = None,
+        preempt: PreemptSettings | None = None,
+    ) -> None:
         """`pod_sink`: in --simulate, makes the pod exist in the in-memory cluster and returns it."""
         self._state = state
+        self._preemptor = Preemptor(state, preempt or PreemptSettings())
         self._binder = binder
         self._ready = ready
         self._pod_sink = pod_sink
@@ -114,16 +124,8 @@ class Extender:
         return [HostPriority(n, scores.get(n, 0)) for n in names]
 
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
-        """Keep the nodes where evicting kube-scheduler's victims frees the right GPU(s): its
-        own accounting sums gpu-core over the node, which says nothing about single GPUs."""
-        try:
-            request = self._request(ExtenderArgs(args.pod))
-        except InvalidRequest:
-            return ExtenderPreemptionResult({}, {})
-        if not request.gpu_containers:
-            return ExtenderPreemptionResult(dict(args.victims), dict(args.pdb_violations))
-        kept = {node: uids for node, uids in args.victims.items() if self._state.fits_after_evicting(request, node, uids)}
-        return ExtenderPreemptionResult(kept, {n: args.pdb_violations.get(n, 0) for n in kept})
+        """Per candidate node, the victims that free the GPU(s) the pod needs (`preemption`)."""
+        return self._preemptor.preempt(args)
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         return self._binder.bind(args)

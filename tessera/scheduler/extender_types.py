@@ -2,24 +2,38 @@
 
 The Go structs carry no json tags, so the JSON keys are the Go field names: `Pod`, `Nodes`,
 `NodeNames`, `FailedNodes`, `FailedAndUnresolvableNodes`, `Error`, `Host`, `Score`, `PodName`,
-`PodNamespace`, `PodUID`, `Node`. Go's decoder matches keys case-insensitively, so we read them
+`PodNamespace`, `PodUID`, `Node`, and for preemption `NodeNameToVictims`, `NodeNameToMetaVictims`,
+`Pods`, `UID`, `NumPDBViolations`. Go's decoder matches keys case-insensitively, so we read them
 that way too, and always write the exact names. `Nodes` is a `v1.NodeList` (`{"items": [...]}`).
-Decoding raises `WireError` with a message fit for an HTTP 400 reply.
+Decoding raises `WireError` with a message and the JSON path of the field, fit for an HTTP 400
+reply. The Pod is checked against `tessera.kube.shape` (the fields the core reads, typed as in
+core/v1); fields we do not know are ignored, as Go's decoder ignores them.
+
+Source: kubernetes/kube-scheduler `extender/v1/types.go` at v0.30.0 (Kubernetes 1.30.0, the
+version our stacks pin) and v0.36.3 (1.36.3, the newest release); the file is unchanged between
+them for every type used here.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from tessera.kube.api import KubeObject
+from tessera.kube.shape import INT64_MAX, ShapeError, check_pod
 
 MIN_EXTENDER_PRIORITY: Final = 0
 MAX_EXTENDER_PRIORITY: Final = 10  # kube-scheduler multiplies by weight and by 100/10
 
 
 class WireError(ValueError):
-    """The request body is not what kube-scheduler sends."""
+    """The request body is not what kube-scheduler sends. `path` names the field in Go's
+    spelling (`Pod.spec.containers[0].name`, `NodeNames[3]`); None when it is the whole body."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
 
 
 def _field(data: Mapping[str, Any], name: str) -> Any:
@@ -33,9 +47,24 @@ def _field(data: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def _object(data: Any, what: str) -> Mapping[str, Any]:
+def unknown_fields(data: Any, known: tuple[str, ...]) -> list[str]:
+    """Top-level keys that match none of `known` (case-insensitively, as Go matches them). They
+    are ignored, as Go's decoder ignores them: a newer kube-scheduler may send fields that this
+    extender does not know (docs/scheduler-extender.md, "Request decoding")."""
     if not isinstance(data, Mapping):
-        raise WireError(f"{what} must be a JSON object, got {type(data).__name__}")
+        return []
+    lowered = {k.lower() for k in known}
+    return sorted(str(k) for k in data if str(k).lower() not in lowered)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}.get(type(value), "null")
+
+
+def _object(data: Any, path: str | None) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        what = "must be a JSON object" if path else "the request body must be a JSON object"
+        raise WireError(f"{what}, got {_kind(data)}", path)
     return data
 
 
@@ -43,11 +72,39 @@ def _string(data: Mapping[str, Any], name: str, *, required: bool) -> str:
     value = _field(data, name)
     if value is None:
         if required:
-            raise WireError(f"field {name} is required")
+            raise WireError("is required", name)
         return ""
     if not isinstance(value, str):
-        raise WireError(f"field {name} must be a string, got {type(value).__name__}")
+        raise WireError(f"must be a string, got {_kind(value)}", name)
     return value
+
+
+def _int64(value: Any, path: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int or not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise WireError(f"must be an integer (int64), got {_kind(value)}", path)
+    return value
+
+
+def _pod(value: Any, path: str) -> KubeObject:
+    if value is None:
+        raise WireError("is required (the Pod being scheduled)", path)
+    try:
+        return dict(check_pod(value, path))
+    except ShapeError as exc:
+        raise WireError(exc.message, exc.path) from None
+
+
+def _node_name(node: Any, path: str) -> str:
+    """Only the name of a node in `Nodes.items` is read (the cache has the rest)."""
+    if not isinstance(node, Mapping):
+        raise WireError(f"must be a Node object, got {_kind(node)}", path)
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise WireError("is required (every node in Nodes.items needs one)", f"{path}.metadata.name")
+    return name
 
 
 @dataclass(frozen=True)
@@ -59,34 +116,32 @@ class ExtenderArgs:
     nodes: list[KubeObject] | None = None
     node_names: list[str] | None = None
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("Pod", "Nodes", "NodeNames")
+
     @staticmethod
     def from_json(data: Any) -> ExtenderArgs:
-        body = _object(data, "ExtenderArgs")
-        pod = _field(body, "Pod")
-        if pod is None:
-            raise WireError("field Pod is required")
-        pod = dict(_object(pod, "Pod"))
-        if not isinstance(pod.get("metadata"), Mapping):
-            raise WireError("Pod.metadata must be an object")
+        body = _object(data, None)
+        pod = _pod(_field(body, "Pod"), "Pod")
         nodes_field = _field(body, "Nodes")
         nodes: list[KubeObject] | None = None
         if nodes_field is not None:
             items = _object(nodes_field, "Nodes").get("items")
             if items is None:
                 items = []
-            if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
-                raise WireError("Nodes.items must be a list of Node objects")
+            if not isinstance(items, list):
+                raise WireError(f"must be an array of Node objects, got {_kind(items)}", "Nodes.items")
+            for index, node in enumerate(items):
+                _node_name(node, f"Nodes.items[{index}]")
             nodes = [dict(n) for n in items]
-            for node in nodes:
-                meta = node.get("metadata")
-                if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
-                    raise WireError("every node in Nodes.items needs metadata.name")
         names_field = _field(body, "NodeNames")
         node_names: list[str] | None = None
         if names_field is not None:
+            if not isinstance(names_field, list):
+                raise WireError(f"must be an array of node names, got {_kind(names_field)}", "NodeNames")
             # set(map(type)) checks 1000s of names ~10x faster than all(isinstance(...))
-            if not isinstance(names_field, list) or not set(map(type, names_field)) <= {str}:
-                raise WireError("NodeNames must be a list of strings")
+            if not set(map(type, names_field)) <= {str}:
+                index = next(i for i, n in enumerate(names_field) if type(n) is not str)
+                raise WireError(f"must be a string (a node name), got {_kind(names_field[index])}", f"NodeNames[{index}]")
             node_names = list(names_field)
         return ExtenderArgs(pod, nodes, node_names)
 
@@ -165,9 +220,11 @@ class ExtenderBindingArgs:
     pod_uid: str
     node: str
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("PodName", "PodNamespace", "PodUID", "Node")
+
     @staticmethod
     def from_json(data: Any) -> ExtenderBindingArgs:
-        body = _object(data, "ExtenderBindingArgs")
+        body = _object(data, None)
         return ExtenderBindingArgs(
             pod_name=_string(body, "PodName", required=True),
             pod_namespace=_string(body, "PodNamespace", required=True),
@@ -189,56 +246,115 @@ class ExtenderBindingResult:
         return {"Error": self.error}
 
 
+# --- preemption ---------------------------------------------------------------------------------
+# Upstream (identical in kubernetes/kube-scheduler v0.30.0 = Kubernetes 1.30.0 and v0.36.3 = 1.36.3,
+# `extender/v1/types.go`):
+#   ExtenderPreemptionArgs{Pod *v1.Pod; NodeNameToVictims map[string]*Victims;
+#                          NodeNameToMetaVictims map[string]*MetaVictims}
+#   Victims{Pods []*v1.Pod; NumPDBViolations int64}   MetaVictims{Pods []*MetaPod; NumPDBViolations int64}
+#   MetaPod{UID string}                                ExtenderPreemptionResult{NodeNameToMetaVictims}
+# kube-scheduler fills only NodeNameToMetaVictims when the extender is nodeCacheCapable, else only
+# NodeNameToVictims; Go marshals the unset map as `null` (no omitempty). Whatever the extender
+# answers, kube-scheduler reads NodeNameToMetaVictims and looks every UID up among the pods of
+# that node in its own snapshot (kubernetes/kubernetes pkg/scheduler/extender.go,
+# `ProcessPreemption` / `convertToVictims` / `convertPodUIDToPod`).
+def _count(data: Mapping[str, Any], name: str, where: str) -> int:
+    value = _field(data, name)
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
+        raise WireError(f"must be a non-negative integer (int64), got {value!r}", f"{where}.{name}")
+    return value
+
+
+@dataclass(frozen=True)
+class Victims:
+    """The pods to evict on one node (`MetaVictims`, or `Victims` with whole pods) and how many
+    of them kube-scheduler counted as violating a PodDisruptionBudget.
+
+    `uids` in kube-scheduler's order (most important first: it reads `Pods[0]` as the victim of
+    highest priority); `pods` holds the whole pods when they came as `Victims` (not nodeCacheCapable)."""
+
+    uids: tuple[str, ...]
+    num_pdb_violations: int = 0
+    pods: tuple[KubeObject, ...] = ()
+
+    @staticmethod
+    def from_json(data: Any, where: str, *, meta: bool) -> Victims:
+        # kube-scheduler never sends a nil *Victims (it lists only nodes with victims): a null
+        # entry is a body it did not write, not an empty set to answer for
+        body = _object(data, where)
+        listed = _field(body, "Pods")
+        if listed is None:
+            listed = []
+        if not isinstance(listed, list):
+            raise WireError(f"must be an array, got {_kind(listed)}", f"{where}.Pods")
+        uids: list[str] = []
+        pods: list[KubeObject] = []
+        for i, entry in enumerate(listed):
+            item = f"{where}.Pods[{i}]"
+            if meta:
+                uid = _field(_object(entry, item), "UID")
+                uid_path = f"{item}.UID"
+            else:
+                pod = _pod(entry, item)
+                pods.append(pod)
+                uid = pod["metadata"].get("uid")
+                uid_path = f"{item}.metadata.uid"
+            if not isinstance(uid, str) or not uid:
+                raise WireError("is required (every victim needs a UID, a non-empty string)", uid_path)
+            if uid in uids:
+                raise WireError(f"pod {uid} is listed twice", item)
+            uids.append(uid)
+        return Victims(tuple(uids), _count(body, "NumPDBViolations", where), tuple(pods))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"Pods": [{"UID": uid} for uid in self.uids], "NumPDBViolations": self.num_pdb_violations}
+
+
 @dataclass(frozen=True)
 class ExtenderPreemptionArgs:
-    """Body of /preempt: the victims kube-scheduler picked per node, as pod UIDs. With
-    nodeCacheCapable it sends `NodeNameToMetaVictims` ({"Pods": [{"UID"}], "NumPDBViolations"});
-    otherwise `NodeNameToVictims` with full pods; both are read."""
+    """Body of /preempt: the pod to place and, per candidate node, the victims kube-scheduler
+    chose there. `meta` says which map carried them (True: `NodeNameToMetaVictims`)."""
 
     pod: KubeObject
-    victims: dict[str, list[str]]
-    pdb_violations: dict[str, int]
+    victims: dict[str, Victims]
+    meta: bool = True
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
 
     @staticmethod
     def from_json(data: Any) -> ExtenderPreemptionArgs:
-        body = _object(data, "ExtenderPreemptionArgs")
-        pod = _field(body, "Pod")
-        if not isinstance(pod, Mapping) or not isinstance(pod.get("metadata"), Mapping):
-            raise WireError("field Pod with metadata is required")
-        victims: dict[str, list[str]] = {}
-        pdb: dict[str, int] = {}
-        for key, meta in (("NodeNameToVictims", False), ("NodeNameToMetaVictims", True)):
-            per_node = _field(body, key)
-            if per_node is None:
-                continue
-            for node, entry in _object(per_node, key).items():
-                entry = _object(entry, f"{key}[{node}]")
-                pods = _field(entry, "Pods") or []
-                if not isinstance(pods, list):
-                    raise WireError(f"{key}[{node}].Pods must be a list")
-                uids = []
-                for victim in pods:
-                    victim = _object(victim, "victim pod")
-                    uid = _field(victim, "UID") if meta else (_object(victim.get("metadata") or {}, "metadata").get("uid"))
-                    if not isinstance(uid, str):
-                        raise WireError(f"{key}[{node}]: every victim needs a UID")
-                    uids.append(uid)
-                victims[str(node)] = uids
-                pdb[str(node)] = int(_field(entry, "NumPDBViolations") or 0)
-        return ExtenderPreemptionArgs(dict(pod), victims, pdb)
+        body = _object(data, None)
+        pod = _pod(_field(body, "Pod"), "Pod")
+        by_key = {key: _field(body, key) for key in ("NodeNameToMetaVictims", "NodeNameToVictims")}
+        sent = [key for key, value in by_key.items() if value is not None]
+        if len(sent) > 1:
+            raise WireError("send NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims, not both")
+        key = sent[0] if sent else "NodeNameToMetaVictims"
+        meta = key == "NodeNameToMetaVictims"
+        victims = {
+            str(node): Victims.from_json(entry, f'{key}["{node}"]', meta=meta)
+            for node, entry in _object({} if by_key[key] is None else by_key[key], key).items()
+        }
+        return ExtenderPreemptionArgs(pod, victims, meta)
+
+    def to_json(self) -> dict[str, Any]:
+        """As kube-scheduler marshals it: the map it did not fill is `null`."""
+        meta = {node: v.to_json() for node, v in self.victims.items()} if self.meta else None
+        full = None
+        if not self.meta:
+            full = {node: {"Pods": list(v.pods), "NumPDBViolations": v.num_pdb_violations} for node, v in self.victims.items()}
+        return {"Pod": self.pod, "NodeNameToVictims": full, "NodeNameToMetaVictims": meta}
 
 
 @dataclass(frozen=True)
 class ExtenderPreemptionResult:
-    """Reply of /preempt: the nodes where evicting the victims makes room, with those victims."""
+    """Reply of /preempt: per node that stays a candidate, the victims to evict there. A node
+    left out is no longer a candidate; a node kept always has at least one victim (kube-scheduler
+    fails the whole preemption of a non-ignorable extender that returns a node with none)."""
 
-    victims: dict[str, list[str]]
-    pdb_violations: dict[str, int]
+    victims: dict[str, Victims]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "NodeNameToMetaVictims": {
-                node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": self.pdb_violations.get(node, 0)}
-                for node, uids in self.victims.items()
-            }
-        }
+        return {"NodeNameToMetaVictims": {node: v.to_json() for node, v in self.victims.items()}}

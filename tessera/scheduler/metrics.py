@@ -1,13 +1,34 @@
-"""Prometheus metrics of the extender, on a registry owned by one server (no global state)."""
+"""Prometheus metrics of the extender, on a registry owned by one server (no global state).
+
+`METRICS` declares every family the extender serves (docs/monitoring.md lists the same, a test
+compares them, another scrapes a real extender's /metrics against them).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-CONTENT_TYPE: str = CONTENT_TYPE_LATEST
+from tessera.model.metrics.spec import MetricSpec
+from tessera.model.metrics.extender import (  # noqa: F401 - the families this module serves
+    POOL_LABELS,
+    REQUESTS,
+    REQUEST_SECONDS,
+    BINDS,
+    API_CONFLICTS,
+    EXPIRED,
+    NODES,
+    PODS,
+    GPUS,
+    MIX_EPOCH,
+    ALLOCATED_GPU,
+    POOL_CAPACITY,
+    POOL_ALLOCATED,
+    POOL_STRANDED,
+    METRICS,
+)
 
 # kube-scheduler's extender timeout is seconds; our target is milliseconds, so the buckets sit there
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
@@ -22,35 +43,40 @@ class BindOutcome(str, Enum):
     ERROR = "error"
 
 
+def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    return Counter(spec.name, spec.help, list(spec.labels), registry=registry)
+
+
+def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+    return Gauge(spec.name, spec.help, list(spec.labels), registry=registry)
+
+
 @dataclass
 class ExtenderMetrics:
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
 
     def __post_init__(self) -> None:
-        self.requests = Counter(
-            "tessera_extender_requests", "HTTP requests by verb and status code", ["verb", "code"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "tessera_extender_request_seconds", "Time to answer, by verb", ["verb"], buckets=_LATENCY_BUCKETS, registry=self.registry
-        )
-        self.binds = Counter("tessera_extender_binds", "Bind results", ["outcome"], registry=self.registry)
-        self.conflicts = Counter(
-            "tessera_extender_api_conflicts", "409 answers from the API server during bind (retried)", registry=self.registry
-        )
-        self.expired = Counter(
-            "tessera_extender_expired_reservations", "Annotated-but-unbound reservations released after the TTL", registry=self.registry
-        )
-        self.nodes = Gauge("tessera_extender_nodes", "Shared GPU nodes in the cache", registry=self.registry)
-        self.pods = Gauge("tessera_extender_pods", "Pods holding GPU capacity in the cache", registry=self.registry)
-        self.gpus = Gauge("tessera_extender_gpus", "GPUs in the cache", registry=self.registry)
-        self.mix_epoch = Gauge(
-            "tessera_extender_mix_epoch",
-            "Policy epochs so far: workload-mix snapshots, reservations switching, GPU models changing (each re-scores every node)",
-            registry=self.registry,
-        )
-        self.allocated_gpu = Gauge(
-            "tessera_extender_allocated_gpu", "GPU compute allocated, in GPUs (1.0 = one whole GPU)", registry=self.registry
-        )
+        r = self.registry
+        self.requests = _counter(REQUESTS, r)
+        self.latency = Histogram(REQUEST_SECONDS.name, REQUEST_SECONDS.help, list(REQUEST_SECONDS.labels), buckets=_LATENCY_BUCKETS, registry=r)
+        self.binds = _counter(BINDS, r)
+        self.conflicts = _counter(API_CONFLICTS, r)
+        self.expired = _counter(EXPIRED, r)
+        self.nodes = _gauge(NODES, r)
+        self.pods = _gauge(PODS, r)
+        self.gpus = _gauge(GPUS, r)
+        self.mix_epoch = _gauge(MIX_EPOCH, r)
+        self.allocated_gpu = _gauge(ALLOCATED_GPU, r)
+        self.pool_capacity = _gauge(POOL_CAPACITY, r)
+        self.pool_allocated = _gauge(POOL_ALLOCATED, r)
+        self.pool_stranded = _gauge(POOL_STRANDED, r)
 
-    def render(self) -> bytes:
-        return bytes(generate_latest(self.registry))
+    def set_pools(self, pools: dict[tuple[str, str], tuple[float, float, float]]) -> None:
+        """(pool, kind) -> (capacity, allocated, stranded) in GPUs; pools no longer present vanish."""
+        for gauge in (self.pool_capacity, self.pool_allocated, self.pool_stranded):
+            gauge.clear()
+        for (pool, kind), (capacity, allocated, stranded) in sorted(pools.items()):
+            self.pool_capacity.labels(pool, kind).set(capacity)
+            self.pool_allocated.labels(pool, kind).set(allocated)
+            self.pool_stranded.labels(pool, kind).set(stranded)
+

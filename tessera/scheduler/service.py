@@ -12,6 +12,7 @@ from tessera.scheduler.binder import Binder, BindSettings
 from tessera.scheduler.core import Extender, PodSink
 from tessera.scheduler.http_server import ExtenderHttpServer, ServerSettings
 from tessera.scheduler.metrics import ExtenderMetrics
+from tessera.scheduler.preemption import PreemptSettings
 from tessera.scheduler.state import SchedulerState, StateSettings
 from tessera.scheduler.sync import ClusterSync, SyncSettings
 
@@ -21,7 +22,7 @@ class ExtenderConfig:
     """Everything `tessera scheduler serve` can set; each part documents its defaults.
 
     policy: node-level placement policy; default fragmentation-aware (Tessera's best packing).
-    pools_file: the mounted pools document (`tessera.contract.POOLS_FILE`); default None = pool
+    pools_file: the mounted pools document (`tessera.model.contract.POOLS_FILE`); default None = pool
         settings from node labels only. In a cluster the CLI passes the mounted file so a
         placement, policy or sharesPerGpu edit applies without relabelling nodes.
     """
@@ -32,6 +33,7 @@ class ExtenderConfig:
     bind: BindSettings = field(default_factory=BindSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
     pools_file: Path | None = None
+    preempt: PreemptSettings = field(default_factory=PreemptSettings)
 
 
 class ExtenderService:
@@ -49,7 +51,7 @@ class ExtenderService:
         self.state = SchedulerState(Cluster(policy=config.policy), config.state, clock=clock, pools_file=config.pools_file)
         self.binder = Binder(api, self.state, self.metrics, config.bind, clock=clock)
         self.sync = ClusterSync(api, self.state, self.binder, config.sync)
-        self.extender = Extender(self.state, self.binder, ready=self.sync.ready, pod_sink=pod_sink)
+        self.extender = Extender(self.state, self.binder, ready=self.sync.ready, pod_sink=pod_sink, preempt=config.preempt)
         self.server = ExtenderHttpServer(self.extender, config.server, self.metrics)
 
     @property

@@ -17,7 +17,7 @@ from typing import Final
 from tessera.alloc import MILLI_PER_GPU, NodeState, PodRequest
 from tessera.alloc.kube_objects import ANNOTATION_GPU_MODELS
 from tessera.alloc.model import MILLI_PER_CORE, UNTRACKED
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_NODE_GPUS,
     GPU_CORE,
     GPU_MEMORY,

@@ -13,6 +13,7 @@ the extender died) and its reservation is released.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -24,12 +25,13 @@ from enum import Enum
 from tessera.alloc import Cluster, Evaluation, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
 from tessera.alloc import node_state_from_k8s, pod_request_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
-from tessera.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND, Allocation
 from tessera.kube.api import KubeObject
-from tessera.pools_file import PoolsFileWatch
+from tessera.model.pools_file import PoolsFileWatch
 from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
 from tessera.scheduler.pool_settings import PoolSettings
+from tessera.scheduler.pool_usage import PoolUsageMeter
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,19 @@ class PodEntry:
     node: str
     holding: Holding
     assumed_at: float  # epoch seconds
+    priority: int = 0  # spec.priority: who may preempt it
+    started_at: float = math.inf  # status.startTime, epoch seconds; inf until kubelet starts it
+
+
+@dataclass(frozen=True)
+class HeldPod:
+    """A pod holding GPU capacity on a node, as preemption sees it."""
+
+    uid: str
+    priority: int
+    started_at: float
+    gpus: frozenset[int]
+    bound: bool  # bound pods are in kube-scheduler's snapshot of the node; others may not be
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,20 @@ def parse_rfc3339(text: str) -> float:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0  # unreadable assume time: treat as long expired
+
+
+def pod_priority(pod: KubeObject) -> int:
+    """kube-scheduler's `corev1helpers.PodPriority`: `spec.priority` (the API server's Priority
+    admission resolves it from priorityClassName), 0 when unset."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pod_started_at(pod: KubeObject) -> float:
+    """`status.startTime` in epoch seconds; inf while unset (kube-scheduler's
+    `GetPodStartTime` then uses "now", later than any pod that started)."""
+    text = (pod.get("status") or {}).get("startTime")
+    return parse_rfc3339(text) if isinstance(text, str) and text else math.inf
 
 
 def is_shared_gpu_node(node: KubeObject) -> bool:
@@ -106,6 +135,7 @@ class SchedulerState:
         self.inconsistencies = 0  # records that could not be restored (should stay 0)
         self.views = EvaluationViews()  # every change of a node must be reported to it
         self.pool_settings = PoolSettings()
+        self._pool_usage = PoolUsageMeter()
         self._pools_watch = PoolsFileWatch(pools_file) if pools_file is not None else None
         self._node_objects: dict[str, KubeObject] = {}  # shared nodes as last seen, re-applied on a pools edit
         self.refresh_pools()
@@ -226,6 +256,8 @@ class SchedulerState:
         entry = self._entries.get(uid)
         if entry is not None and entry.node == allocation.node and self.cluster.pod(uid) is not None:
             entry.holding = holding
+            entry.priority = pod_priority(pod)
+            entry.started_at = pod_started_at(pod)
             return
         self._release(uid)
         self.views.touched(allocation.node)
@@ -238,7 +270,8 @@ class SchedulerState:
             return
         meta = pod["metadata"]
         self._entries[uid] = PodEntry(
-            str(meta.get("namespace", "default")), str(meta.get("name", "")), allocation.node, holding, parse_rfc3339(allocation.assumed_at)
+            str(meta.get("namespace", "default")), str(meta.get("name", "")), allocation.node, holding, parse_rfc3339(allocation.assumed_at),
+            pod_priority(pod), pod_started_at(pod),
         )
 
     def delete_pod(self, pod: KubeObject) -> None:
@@ -279,28 +312,31 @@ class SchedulerState:
         self.refresh_pools()
         return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate_many)
 
-    def fits_after_evicting(self, request: PodRequest, node: str, victims: Iterable[str]) -> bool:
-        """Whether `request` fits on `node` once `victims` (pod UIDs) are gone. The victims are
-        released, the node evaluated, and the victims reserved again, all under the lock."""
-        with self.lock:
-            held = [(uid, self.cluster.pod(PodUid(uid)), self.cluster.allocated().get(PodUid(uid))) for uid in victims]
-            evicted = [(req, placement) for _, req, placement in held if req is not None and placement is not None and placement.node == node]
-            for req, _ in evicted:
-                self.cluster.release(req.uid)
-            try:
-                return isinstance(self.cluster.evaluate(request, node), Evaluation)
-            finally:
-                for req, placement in evicted:
-                    self.cluster.reserve(req, placement)  # the same capacity it just had: cannot fail
-                self.views.touched(node)
+    def fits_without(self, request: PodRequest, node: str, victims: Iterable[str]) -> bool:
+        """Whether `request` fits on `node` once `victims` (pod UIDs) are gone, by the production
+        fit check; the state is left exactly as it was (caller holds the lock)."""
+        return isinstance(self.cluster.evaluate_without(request, node, (PodUid(uid) for uid in victims)), Evaluation)
+
+    def held_on(self, node: str) -> list[HeldPod]:
+        """The pods holding GPU capacity on `node` (caller holds the lock)."""
+        out = []
+        for uid, entry in self._entries.items():
+            if entry.node != node:
+                continue
+            placement = self.cluster.placement(uid)
+            if placement is None or placement.node != node:
+                continue
+            out.append(HeldPod(uid, entry.priority, entry.started_at, placement.gpu_indices, entry.holding is Holding.BOUND))
+        return out
 
     def held_node(self, uid: PodUid) -> str | None:
         """The node a pod already holds capacity on (its own share must not count against it)."""
         entry = self._entries.get(uid)
         return entry.node if entry is not None else None
 
-    def reserve_for_bind(self, request: PodRequest, node: str) -> Placement | FitFailure:
-        """Choose GPUs on `node` with the production policy and reserve them, atomically."""
+    def reserve_for_bind(self, request: PodRequest, node: str, *, priority: int = 0) -> Placement | FitFailure:
+        """Choose GPUs on `node` with the production policy and reserve them, atomically.
+        `priority`: the pod's `spec.priority`, kept for preemption."""
         with self.lock:
             self.refresh_pools()
             placement = self.cluster.place(request, node)
@@ -312,10 +348,10 @@ class SchedulerState:
             except ReserveConflict:
                 return FitFailure.GPU
             self.views.touched(node)
-            self._entries[request.uid] = PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, self._clock())
+            self._entries[request.uid] = PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, self._clock(), priority)
             return placement
 
-    def adopt_for_bind(self, request: PodRequest, allocation: Allocation) -> bool:
+    def adopt_for_bind(self, request: PodRequest, allocation: Allocation, *, priority: int = 0) -> bool:
         """A retried bind of a pod already annotated for this node: hold exactly that record."""
         with self.lock:
             entry = self._entries.get(request.uid)
@@ -327,7 +363,7 @@ class SchedulerState:
                 except ReserveConflict:
                     return False
             self._entries[request.uid] = PodEntry(
-                request.namespace, request.name, allocation.node, Holding.IN_FLIGHT, parse_rfc3339(allocation.assumed_at)
+                request.namespace, request.name, allocation.node, Holding.IN_FLIGHT, parse_rfc3339(allocation.assumed_at), priority
             )
             return True
 
@@ -384,6 +420,7 @@ class SchedulerState:
         metrics.allocated_gpu.set(allocated)
         with self.lock:
             metrics.mix_epoch.set(self.cluster.policy().epoch)
+            metrics.set_pools(self._pool_usage.figures(self.cluster))
 
 
 def _same_reservation(expired_at: float | None, assumed_at: str) -> bool:

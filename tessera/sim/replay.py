@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tessera.alloc import DEFAULT_POLICY, Cluster, NodeState, PlacementPolicy, PodRequest, PodUid, static_snapshot
+from tessera.alloc import DEFAULT_POLICY, MILLI_PER_GPU, Cluster, NodeState, PlacementPolicy, PodRequest, PodUid, static_snapshot
 from tessera.sim.trace import TracePod
 
 POINT_STEP_PCT = 5
 POINT_MAX_PCT = 130
 EXTRA_POINTS_PCT = (98,)
+MAX_INFLATE = 10.0  # the paper uses 1.3; far beyond capacity every extra pod just fails
 
 
 class Order(str, Enum):
@@ -37,8 +38,9 @@ class ReplaySettings:
     order: Order = Order.CREATION
     """Default creation order (the trace as it happened); `shuffle` for the paper's method."""
     inflate: float = 1.0
-    """Default 1.0 (no extra pods); the paper uses 1.3: sampled pods appended until the GPU
-    request reaches this multiple of capacity."""
+    """Sampled pods are appended until the GPU request reaches this multiple of capacity (at most
+    MAX_INFLATE). Default 1.0: a trace asking for less than the cluster is topped up to 100 %, one
+    asking for more is replayed as it is; the paper uses 1.3."""
     seed: int = 42
     """Default 42, the first of the paper's seeds 42..51."""
 
@@ -54,10 +56,26 @@ class Point:
 class ReplayResult:
     policy: PlacementPolicy
     capacity_gpus: int
-    pods: int
+    pods: int  # arrived: the trace's pods plus those sampled to inflate it
     failed_pods: int
     points: tuple[Point, ...]
     failed_by_shape: dict[str, int] = field(default_factory=dict)
+    nodes: int = 0
+    trace_pods: int = 0  # pods read from the trace (the rest of `pods` were sampled from them)
+    requested_milli: int = 0  # GPU requested by every arrived pod, placed or not
+    allocated_milli: int = 0  # GPU allocated to the placed pods
+
+    @property
+    def placed_pods(self) -> int:
+        return self.pods - self.failed_pods
+
+    @property
+    def requested_pct(self) -> float:
+        return self.requested_milli * 100 / max(self.capacity_gpus * MILLI_PER_GPU, 1)
+
+    @property
+    def allocated_pct(self) -> float:
+        return self.allocated_milli * 100 / max(self.capacity_gpus * MILLI_PER_GPU, 1)
 
     @property
     def final(self) -> Point:
@@ -82,8 +100,7 @@ def thresholds() -> list[float]:
     return sorted({float(x) for x in range(POINT_STEP_PCT, POINT_MAX_PCT + 1, POINT_STEP_PCT)} | {float(x) for x in EXTRA_POINTS_PCT})
 
 
-def arrival_order(pods: Sequence[TracePod], settings: ReplaySettings, capacity_milli: int) -> list[PodRequest]:
-    """The arrival sequence: ordered, then inflated with pods sampled with replacement."""
+def _ordered(pods: Sequence[TracePod], settings: ReplaySettings) -> tuple[list[PodRequest], random.Random]:
     if settings.order is Order.SHUFFLE:
         ordered = sorted(pods, key=lambda p: p.request.name or str(p.request.uid))
         rng = random.Random(settings.seed)
@@ -91,22 +108,49 @@ def arrival_order(pods: Sequence[TracePod], settings: ReplaySettings, capacity_m
     else:
         ordered = sorted(pods, key=lambda p: p.creation_time)  # stable: file order on ties
         rng = random.Random(settings.seed)
-    arrivals = [p.request for p in ordered]
-    requested = sum(p.gpu_milli_total for p in arrivals)
+    return [p.request for p in ordered], rng
+
+
+def _plan(pods: Sequence[TracePod], settings: ReplaySettings, capacity_milli: int) -> Iterator[tuple[PodRequest, int]]:
+    """(trace pod, n): n = 0 for the trace's own arrivals, n > 0 for the n-th sampled copy."""
+    originals, rng = _ordered(pods, settings)
+    requested = 0
+    for pod in originals:
+        requested += pod.gpu_milli_total
+        yield pod, 0
     target = settings.inflate * capacity_milli
-    originals = [p.request for p in ordered]
-    if any(p.gpu_milli_total for p in originals):
-        extra = 0
-        while requested < target:
-            base = rng.choice(originals)
-            extra += 1
-            clone = PodRequest(
-                PodUid(f"{base.uid}-inflate-{extra}"), base.containers, base.cpu_milli, base.memory_mib,
-                base.gpu_models, base.app_class, base.namespace, f"{base.name}-inflate-{extra}",
-            )
-            arrivals.append(clone)
-            requested += clone.gpu_milli_total
-    return arrivals
+    if not any(p.gpu_milli_total for p in originals):
+        return
+    extra = 0
+    while requested < target:
+        base = rng.choice(originals)
+        extra += 1
+        requested += base.gpu_milli_total
+        yield base, extra
+
+
+def _copy(base: PodRequest, extra: int) -> PodRequest:
+    if not extra:
+        return base
+    return PodRequest(
+        PodUid(f"{base.uid}-inflate-{extra}"), base.containers, base.cpu_milli, base.memory_mib,
+        base.gpu_models, base.app_class, base.namespace, f"{base.name}-inflate-{extra}",
+    )
+
+
+def iter_arrivals(pods: Sequence[TracePod], settings: ReplaySettings, capacity_milli: int) -> Iterator[PodRequest]:
+    """The arrival sequence, one pod at a time: ordered, then inflated with pods sampled with
+    replacement. Sampled pods are made as they arrive, so a large `inflate` costs time, not memory."""
+    return (_copy(base, extra) for base, extra in _plan(pods, settings, capacity_milli))
+
+
+def count_arrivals(pods: Sequence[TracePod], settings: ReplaySettings, capacity_milli: int) -> int:
+    return sum(1 for _ in _plan(pods, settings, capacity_milli))
+
+
+def arrival_order(pods: Sequence[TracePod], settings: ReplaySettings, capacity_milli: int) -> list[PodRequest]:
+    """`iter_arrivals` as a list (tests and small traces)."""
+    return list(iter_arrivals(pods, settings, capacity_milli))
 
 
 def replay(
@@ -123,15 +167,16 @@ def replay(
     random.Random(settings.seed).shuffle(ranking)
     cluster.set_tie_ranking(ranking)
     capacity = cluster.usage().capacity_milli
-    arrivals = arrival_order(pods, settings, capacity)
+    total = count_arrivals(pods, settings, capacity) if on_progress is not None else 0
     learns = settings.policy is PlacementPolicy.FRAGMENTATION_AWARE
 
     marks = thresholds()
     points: list[Point] = []
     requested = allocated = failed = 0
     failed_by_shape: dict[str, int] = {}
-    step = max(1, len(arrivals) // 100)
-    for done, pod in enumerate(arrivals, start=1):
+    step = max(1, total // 100)
+    done = 0
+    for done, pod in enumerate(iter_arrivals(pods, settings, capacity), start=1):
         if learns:
             cluster.observe(pod)
         # A point for x% is the state after the last pod that keeps the arrived request <= x%.
@@ -146,17 +191,23 @@ def replay(
         else:
             cluster.reserve(pod, placement)
             allocated += pod.gpu_milli_total
-        if on_progress is not None and (done % step == 0 or done == len(arrivals)):
-            on_progress(done, len(arrivals))
+        if on_progress is not None and (done % step == 0 or done == total):
+            on_progress(done, total)
     while marks and requested * 100 >= marks[0] * capacity:
         points.append(Point(marks.pop(0), round(allocated * 100 / capacity, 4), failed))
     points.append(Point(round(requested * 100 / capacity, 4), round(allocated * 100 / capacity, 4), failed))
-    return ReplayResult(settings.policy, capacity // 1000, len(arrivals), failed, tuple(points), failed_by_shape)
+    return ReplayResult(
+        settings.policy, capacity // MILLI_PER_GPU, done, failed, tuple(points), failed_by_shape,
+        nodes=len(fresh), trace_pods=len(pods), requested_milli=requested, allocated_milli=allocated,
+    )
 
 
 def _shape_label(pod: PodRequest) -> str:
+    """What a pod asked for, in words: "2 GPUs", "0.47 GPU", "CPU only"."""
     gpu = pod.gpu_containers
     if not gpu:
-        return "cpu-only"
+        return "CPU only"
     c = gpu[0]
-    return f"{c.gpu_count}x{c.gpu_milli}m"
+    if c.gpu_milli >= MILLI_PER_GPU:
+        return f"{c.gpu_count} GPU" + ("s" if c.gpu_count > 1 else "")
+    return f"{c.gpu_milli / MILLI_PER_GPU:g} GPU"

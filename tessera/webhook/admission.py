@@ -12,11 +12,14 @@ Pure: no I/O, no clock. The HTTP server (`tessera.webhook.server`) decodes the b
    kube-scheduler filters every shared node out before the extender is asked).
 3. The annotation `tessera.dev/allocation-configmap` and, in every GPU container, env entries
    read from that ConfigMap (`<container>.<KEY>`), which the extender writes at bind.
-4. A request that cannot be scheduled correctly is rejected with a message saying what to change.
+4. A request that cannot be scheduled correctly is rejected with a message saying what to change,
+   and so is one that cannot fit its namespace's GPU quota, counted as kube-scheduler and
+   ResourceQuota count it (`tessera.webhook.quota`).
 """
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -24,17 +27,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera import contract
+from tessera.kube.shape import STRING, ShapeError, Struct, check_pod
+from tessera.model import contract
+from tessera.model.allocation_record import CONFIGMAP_PREFIX as ALLOCATION_CONFIGMAP_PREFIX
+from tessera.alloc.model import InvalidRequest
 from tessera.webhook.quantity import QuantityError, parse_whole_quantity
+from tessera.webhook.quota import admission_problem, init_container_problem
 from tessera.webhook.settings import WebhookSettings
 
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 TESSERA_PREFIX: Final = "tessera.dev/"
 MIB_PER_GIB: Final = 1024
-ALLOCATION_CONFIGMAP_PREFIX: Final = "tessera-alloc-"
 SHARED_POOL_KIND: Final = "shared"  # the value of the TAINT_GPU taint on pools that offer tessera.dev/*
-# Every shared node carries TAINT_GPU=shared:NoSchedule (components/tke/labels_taints.py), and
+# Every shared node carries TAINT_GPU=shared:NoSchedule (tessera/model/labels_taints.py), and
 # tessera.dev/* resources exist only on shared nodes, so every pod the webhook routes needs this.
 SHARED_GPU_TOLERATION: Final[Mapping[str, str]] = MappingProxyType(
     {"key": contract.TAINT_GPU, "operator": "Equal", "value": SHARED_POOL_KIND, "effect": "NoSchedule"}
@@ -47,10 +53,25 @@ _CONTAINER_SECTIONS: Final = ("initContainers", "containers")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 JsonPatchOp = dict[str, Any]
+# The AdmissionRequest fields read before the pod (admission/v1 types.go); others are ignored.
+_REQUEST: Final = Struct(
+    {
+        "uid": STRING,
+        "kind": Struct({"group": STRING, "version": STRING, "kind": STRING}),
+        "operation": STRING,
+        "subResource": STRING,
+        "namespace": STRING,
+    }
+)
 
 
 class InvalidReview(ValueError):
-    """The body is not an AdmissionReview v1 with a request (answered with HTTP 400)."""
+    """The body is not an AdmissionReview v1 with a `request.uid` (answered with HTTP 400: no
+    AdmissionReview reply is possible without the uid). `path` names the field."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
 
 
 class PodRejected(ValueError):
@@ -68,28 +89,33 @@ def escape_pointer(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def review(body: Mapping[str, Any], settings: WebhookSettings, *, namespace_opted_in: bool) -> dict[str, Any]:
-    """Answer one AdmissionReview. Raises InvalidReview for a body that is not one."""
+def review(body: Any, settings: WebhookSettings, *, namespace_opted_in: bool) -> dict[str, Any]:
+    """Answer one AdmissionReview. Raises InvalidReview for a body that is not one; a review with
+    a uid always gets an answer, `allowed: false` when its request or pod is malformed."""
     request = _request_of(body)
-    uid = str(request["uid"])
+    uid: str = request["uid"]
     response: dict[str, Any] = {"uid": uid, "allowed": True}
+    try:
+        _REQUEST.check(request, "request")
+    except ShapeError as exc:
+        return _wrap(_deny(response, str(exc)))
     kind = request.get("kind") or {}
     if kind.get("kind") != "Pod" or request.get("operation") != "CREATE" or request.get("subResource"):
         return _wrap(response)
-    pod = request.get("object")
-    if not isinstance(pod, dict):
-        raise InvalidReview("request.object must be the Pod being created")
+    try:
+        pod = check_pod(request.get("object"), "request.object")
+    except ShapeError as exc:
+        return _wrap(_deny(response, str(exc)))
     try:
         mutation = mutate_pod(
             pod,
             request_uid=uid,
             settings=settings,
             namespace_opted_in=namespace_opted_in,
+            namespace=request.get("namespace") if isinstance(request.get("namespace"), str) else None,
         )
     except PodRejected as exc:
-        response["allowed"] = False
-        response["status"] = {"status": "Failure", "code": 400, "reason": "BadRequest", "message": f"tessera: {exc}"}
-        return _wrap(response)
+        return _wrap(_deny(response, str(exc)))
     if mutation.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(list(mutation.patch), separators=(",", ":")).encode()).decode()
@@ -99,14 +125,16 @@ def review(body: Mapping[str, Any], settings: WebhookSettings, *, namespace_opte
 
 
 def mutate_pod(
-    pod: Mapping[str, Any], *, request_uid: str, settings: WebhookSettings, namespace_opted_in: bool
+    pod: Mapping[str, Any], *, request_uid: str, settings: WebhookSettings, namespace_opted_in: bool, namespace: str | None = None
 ) -> Mutation:
-    """The JSONPatch for one pod being created; raises PodRejected with the user-facing reason."""
+    """The JSONPatch for one pod being created; raises PodRejected with the user-facing reason.
+    `namespace`: the AdmissionRequest's (default: the pod's metadata.namespace), for quota admission."""
     spec = pod.get("spec") or {}
     map_aliases = alias_mapping_applies(pod, settings, namespace_opted_in=namespace_opted_in)
     patch: list[JsonPatchOp] = []
     warnings: list[str] = []
     gpu_containers: list[tuple[str, int, Mapping[str, Any]]] = []
+    stored = copy.deepcopy(dict(pod))  # the pod as it will be stored: qGPU names mapped
     for section in _CONTAINER_SECTIONS:
         for index, container in enumerate(spec.get(section) or []):
             name = str(container.get("name", ""))
@@ -121,6 +149,7 @@ def mutate_pod(
                     )
                     continue
                 limits, requests = _map_qgpu(name, limits), _map_qgpu(name, requests)
+                stored["spec"][section][index]["resources"] = {"limits": limits, "requests": requests}
                 base = f"/spec/{section}/{index}/resources"
                 if limits:
                     patch.append({"op": "add", "path": f"{base}/limits", "value": limits})
@@ -130,13 +159,16 @@ def mutate_pod(
                 if section == "initContainers":
                     # The extender allocates GPUs to app containers only; an init container's
                     # env would name keys that never appear, and it would wait forever.
-                    raise PodRejected(
-                        f"init container {name!r} asks for Tessera GPU resources; Tessera gives GPU shares to "
-                        "app containers only: move the GPU step into a container (or a separate Job)"
-                    )
+                    raise PodRejected(init_container_problem(name, container))
                 gpu_containers.append((section, index, container))
     if not gpu_containers:
         return Mutation(tuple(patch), tuple(warnings))
+    try:
+        problem = admission_problem(stored, namespace or (pod.get("metadata") or {}).get("namespace"), settings.quotas)
+    except InvalidRequest as exc:  # a quantity kube-apiserver would not have accepted either
+        raise PodRejected(str(exc)) from None
+    if problem is not None:
+        raise PodRejected(problem)
     patch.extend(_scheduler_name_patch(spec, settings.scheduler_name))
     patch.extend(_toleration_patch(spec, SHARED_GPU_TOLERATION))
     configmap = _allocation_configmap_name(pod, request_uid)
@@ -190,13 +222,30 @@ def _term_pools(term: Mapping[str, Any]) -> set[str] | None:
     return pools
 
 
-def _request_of(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    if body.get("apiVersion") != ADMISSION_API_VERSION or body.get("kind") != "AdmissionReview":
-        raise InvalidReview(f"expected apiVersion {ADMISSION_API_VERSION} kind AdmissionReview")
+def _request_of(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidReview("the request body must be a JSON object (an AdmissionReview)")
+    if body.get("apiVersion") != ADMISSION_API_VERSION:
+        raise InvalidReview(
+            f"must be {ADMISSION_API_VERSION} (the webhook configuration lists admissionReviewVersions [v1]), "
+            f"got {str(body.get('apiVersion'))[:100]!r}",
+            "apiVersion",
+        )
+    if body.get("kind") != "AdmissionReview":
+        raise InvalidReview(f"must be AdmissionReview, got {str(body.get('kind'))[:100]!r}", "kind")
     request = body.get("request")
-    if not isinstance(request, dict) or "uid" not in request:
-        raise InvalidReview("AdmissionReview has no request.uid")
+    if not isinstance(request, dict):
+        raise InvalidReview("is required (an object)", "request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise InvalidReview("is required (a non-empty string the reply must echo)", "request.uid")
     return request
+
+
+def _deny(response: dict[str, Any], message: str) -> dict[str, Any]:
+    response["allowed"] = False
+    response["status"] = {"status": "Failure", "code": 400, "reason": "BadRequest", "message": f"tessera: {message}"}
+    return response
 
 
 def _wrap(response: dict[str, Any]) -> dict[str, Any]:

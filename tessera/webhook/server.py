@@ -1,29 +1,39 @@
 """HTTPS adapter for the admission decision: decode, call `admission.review`, encode.
 
-Stdlib only (`ThreadingHTTPServer` + `ssl`): the webhook answers small JSON documents and its
-latency budget is the API server's `timeoutSeconds`, which a thread per connection meets easily.
-The TLS handshake runs in the connection's thread (not in `accept`), so one slow client cannot
-stall the others.
+The server is `tessera.httpd.HardenedHTTPServer` with TLS (the same one the extender uses; why
+the standard library's, configured: docs/webhook.md, "HTTP server"). The TLS handshake runs in
+the connection's thread under the request timeout, so one slow client cannot stall the others,
+and a renewed certificate loaded into the live context applies to new connections.
+
+What the API server gets back (it verifies every reply: `staging/src/k8s.io/apiserver/pkg/
+admission/plugin/webhook/request/admissionreview.go`, `VerifyAdmissionResponse`, v1.30 and
+master: `response` present, `response.uid` equal to the request's, apiVersion/kind
+`admission.k8s.io/v1` `AdmissionReview`, `patchType` exactly when there is a `patch`):
+
+- a review we can answer (it has `request.uid`) always gets HTTP 200 with such an AdmissionReview,
+  `allowed: false` with a status message when the pod or the request is malformed;
+- a body that is not an AdmissionReview v1 with a `request.uid` (no reply could carry the uid)
+  gets 400 with our JSON error; the API server then applies the webhook's `failurePolicy`.
 """
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import ssl
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any
 
+from tessera.httpd import Endpoint, HardenedHTTPServer, HttpError, HttpLimits, Request, Response, Routes, json_response, parse_json
+from tessera.httpd.prometheus import metrics_response
 from tessera.kube.api import NotFound
 from tessera.webhook.admission import InvalidReview, review
+from tessera.webhook.metrics import WebhookMetrics, outcome_of
 from tessera.webhook.settings import WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH, WebhookSettings
 from tessera.webhook.tls import CertBundle, TlsApi, ensure_certificate, sync_ca_bundle
 
@@ -32,7 +42,7 @@ LOG = logging.getLogger("tessera.webhook")
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """How the webhook listens."""
+    """How the webhook listens; `tessera.httpd.HttpLimits` documents the limits."""
 
     host: str = "0.0.0.0"
     """Default all interfaces: the API server reaches the pod through its Service."""
@@ -40,8 +50,13 @@ class ServerSettings:
     """Default 8443: an unprivileged port, so the container runs as non-root without capabilities."""
     max_body_bytes: int = 4 * 1024 * 1024
     """Default 4 MiB: larger than any Pod AdmissionReview (etcd limits objects to 1.5 MiB)."""
-    connection_timeout_s: float = 10.0
-    """Default 10 s: the API server gives up after the webhook's timeoutSeconds anyway."""
+    request_timeout_s: float = 10.0
+    """Default 10 s: TLS handshake, then each request in full; the API server gives up after the
+    webhook's timeoutSeconds (at most 30) anyway."""
+    idle_timeout_s: float = 120.0
+    """Default 120 s: above the API server's 90 s idle timeout, so it closes idle connections first."""
+    max_connections: int = 256
+    backlog: int = 1024
     certificate_check_interval_s: float = 60.0
     """Default 60 s: how often a replica re-checks its certificate's expiry and the caBundle (a
     re-created MutatingWebhookConfiguration trusts us again within a minute); two GETs a minute."""
@@ -53,81 +68,52 @@ class ServerSettings:
     stops routing admission calls here before the socket closes (an in-flight call that fails
     would reject a pod, the webhook fails closed)."""
 
+    def limits(self) -> HttpLimits:
+        return HttpLimits.of(self)
 
-class WebhookHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
 
+class WebhookHttpServer(HardenedHTTPServer):
     def __init__(self, settings: ServerSettings, webhook: WebhookSettings, context: ssl.SSLContext) -> None:
         self.webhook = webhook
-        self.limits = settings
         self.draining = threading.Event()
-        super().__init__((settings.host, settings.port), _Handler)
-        self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+        self.metrics = WebhookMetrics()
+        self._endpoints: dict[str, Mapping[str, Endpoint]] = {
+            WEBHOOK_PATH: {"POST": self._review_endpoint(namespace_opted_in=False)},
+            WEBHOOK_QGPU_NAMESPACE_PATH: {"POST": self._review_endpoint(namespace_opted_in=True)},
+            "/healthz": {"GET": self._healthz},
+            "/readyz": {"GET": self._readyz},
+            "/metrics": {"GET": lambda request: metrics_response(self.metrics.registry, request)},
+        }
+        super().__init__((settings.host, settings.port), Routes(self._endpoints.get), settings.limits(), tls=context, name="webhook")
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that drops the connection or fails the TLS handshake is its own problem: one
-        # log line, not the stdlib's traceback on stderr.
-        exc = sys.exc_info()[1]
-        LOG.warning("connection from %s failed: %s", client_address[0] if client_address else "?", exc)
+    def _review_endpoint(self, *, namespace_opted_in: bool) -> Endpoint:
+        def endpoint(request: Request) -> Response:
+            started = time.perf_counter()
+            try:
+                body = parse_json(request.body)
+                answer = review(body, self.webhook, namespace_opted_in=namespace_opted_in)
+            except InvalidReview as exc:
+                self.metrics.observe("invalid", time.perf_counter() - started)
+                raise HttpError(HTTPStatus.BAD_REQUEST, str(exc), path=exc.path) from None
+            except HttpError:
+                self.metrics.observe("invalid", time.perf_counter() - started)
+                raise
+            response = answer["response"]
+            if not response["allowed"]:
+                LOG.info("rejected pod (request %s): %s", response["uid"], response["status"]["message"])
+            reply = json_response(HTTPStatus.OK, answer)
+            self.metrics.observe(outcome_of(answer), time.perf_counter() - started)
+            return reply
 
+        return endpoint
 
-class _Handler(BaseHTTPRequestHandler):
-    server: WebhookHttpServer
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; with Nagle on, the API server's delayed ACK
-    # would add ~40 ms to every admission.
-    disable_nagle_algorithm = True
+    def _healthz(self, request: Request) -> Response:
+        return Response(HTTPStatus.OK, b"ok\n", "text/plain")
 
-    def setup(self) -> None:
-        # Bound every read, including the TLS handshake, so a silent client frees its thread.
-        self.request.settimeout(self.server.limits.connection_timeout_s)
-        super().setup()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        LOG.debug("%s " + format, self.address_string(), *args)
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        if self.path == "/readyz" and self.server.draining.is_set():
-            self._send(503, b"draining\n", "text/plain")
-        elif self.path in ("/healthz", "/readyz"):
-            self._send(200, b"ok\n", "text/plain")
-        else:
-            self._send(404, b"not found\n", "text/plain")
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-        path = self.path.split("?", 1)[0]
-        if path not in (WEBHOOK_PATH, WEBHOOK_QGPU_NAMESPACE_PATH):
-            self._send(404, b"not found\n", "text/plain")
-            return
-        try:
-            length = int(self.headers.get("Content-Length", "-1"))
-        except ValueError:
-            length = -1
-        if length < 0 or length > self.server.limits.max_body_bytes:
-            self.close_connection = True
-            self._send(413 if length > 0 else 411, b"body missing or too large\n", "text/plain")
-            return
-        raw = self.rfile.read(length)
-        try:
-            body = json.loads(raw)
-            if not isinstance(body, dict):
-                raise InvalidReview("body must be a JSON object")
-            answer = review(body, self.server.webhook, namespace_opted_in=path == WEBHOOK_QGPU_NAMESPACE_PATH)
-        except (json.JSONDecodeError, UnicodeDecodeError, InvalidReview) as exc:
-            self._send(400, json.dumps({"error": str(exc)}).encode())
-            return
-        response = answer["response"]
-        if not response["allowed"]:
-            LOG.info("rejected pod (request %s): %s", response["uid"], response["status"]["message"])
-        self._send(200, json.dumps(answer, separators=(",", ":")).encode())
+    def _readyz(self, request: Request) -> Response:
+        if self.draining.is_set():
+            return Response(HTTPStatus.SERVICE_UNAVAILABLE, b"draining\n", "text/plain")
+        return Response(HTTPStatus.OK, b"ok\n", "text/plain")
 
 
 def load_bundle_into(context: ssl.SSLContext, bundle: CertBundle, directory: Path) -> None:
@@ -239,7 +225,7 @@ def serve(
             ready(httpd)
         LOG.info("webhook listening on %s:%d", settings.host, httpd.server_address[1])
         try:
-            httpd.serve_forever(poll_interval=0.5)
+            httpd.serve_forever()
         finally:
             finished.set()
-            httpd.server_close()
+            httpd.stop(settings.drain_s)  # requests in progress finish; idle connections close

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from components.config import KubeconfigSource
-from components.existing import KubeconfigError, _resolve_kubeconfig
+from tessera.model import KubeconfigSource
+from tessera_pulumi.existing import KubeconfigError, _resolve_kubeconfig
 
 
 def no_secret(_key: str) -> str | None:

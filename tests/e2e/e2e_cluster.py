@@ -3,10 +3,13 @@
 - API server: `tessera.kube.fake.FakeKubeApi` (watches, resourceVersions, Bindings, ConfigMaps).
 - Admission: the real webhook over HTTPS on 127.0.0.1, configured from the rendered
   `tessera-webhook` ConfigMap; pods are created only after its JSONPatch is applied.
-- Scheduling: kube-scheduler's own filters (taints/tolerations, nodeSelector, extended-resource
-  fit against node allocatable) emulated here, then the real extender over loopback HTTP
-  (`/filter`, `/prioritize`, `/bind`) started the way `tessera scheduler serve` starts it,
-  driven with the weight and nodeCacheCapable of the rendered `KubeSchedulerConfiguration`.
+- Admission: the API server's Priority plugin resolves `priorityClassName` to `spec.priority`
+  and `spec.preemptionPolicy` from the rendered PriorityClasses (unknown names are refused).
+- Scheduling: the kube-scheduler emulator configured by the rendered `KubeSchedulerConfiguration`
+  (it calls exactly the verbs that configuration declares, with its weight, nodeCacheCapable
+  payloads and timeout), with kube-scheduler's TaintToleration and NodeAffinity filters from
+  here and its NodeResourcesFit and DefaultPreemption; the real extender answers over loopback
+  HTTP, started the way `tessera scheduler serve` starts it.
 - Nodes of `shared` pools: labels and taints from the TKE node pool builder, the real device
   plugin on unix sockets, registered with the kubelet emulator (ListAndWatch, Allocate,
   PreStartContainer, PodResources), over a simulated GPU backend. kubelet's node-status sync of
@@ -33,11 +36,11 @@ from typing import Any, TypeVar, cast
 
 from e2e_parts import EXTENDED, KubeletPodStatus, ManualClock, PodRefused, RecordingApi, job_pod, requested, wait_until
 from e2e_stack import KubeObject, Rendered, node_labels, node_taints, runs_on, selects, tolerates
-from kube_scheduler_emulator import Attempt, ExtenderClient, KubeSchedulerEmulator
+from kube_scheduler_emulator import UNRESOLVABLE, Attempt, ExtenderClient, ExtenderEntry, KubeSchedulerEmulator, Status, node_resources_fit
 
-from components.config.stack import StackConfig
+from tessera.model.stack import StackConfig
 from tessera.alloc import PlacementPolicy
-from tessera.contract import GPU_CORE, NVIDIA_GPU, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.model.contract import GPU_CORE, NVIDIA_GPU, POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.kube.api import KubeApi
 from tessera.kube.fake import FakeKubeApi
 from tessera.scheduler.http_server import ServerSettings as ExtenderServerSettings
@@ -55,7 +58,7 @@ from tessera_node.agent.simscript import SimulatedKiller
 from tessera_node.deviceplugin.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
-from tessera_node.testing.binder import apply_json_patch
+from extender_stand_in import apply_json_patch
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
 
 FAST_PLUGIN = DevicePluginSettings(
@@ -112,8 +115,20 @@ class SharedNode:
         self.cgroups.settle()
 
 
+# kube-apiserver's own classes (pkg/apis/scheduling: SystemCriticalPriority + 1000 for node-critical)
+SYSTEM_PRIORITY_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
+
+
 class E2ECluster:
-    def __init__(self, config: StackConfig, *, nodes: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        config: StackConfig,
+        *,
+        nodes: Mapping[str, int] | None = None,
+        scheduler_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        """`scheduler_config`: edits the rendered KubeSchedulerConfiguration before kube-scheduler
+        reads it (what an operator's hand edit would do)."""
         self.config = config
         self.rendered = Rendered(config)
         self.root = Path(tempfile.mkdtemp(prefix="e2e", dir="/tmp"))  # unix socket paths must stay short
@@ -130,10 +145,15 @@ class E2ECluster:
                 self._add_node(pool, f"{pool.name}-{i}")
         self.extender = self._start_extender()
         self.webhook_port, self._webhook_ca = self._start_webhook()
-        entry = self.rendered.extender_entry()
-        self._client = ExtenderClient("127.0.0.1", self.extender.port)
+        scheduler_document = self.rendered.scheduler_configuration()
+        if scheduler_config is not None:
+            scheduler_document = scheduler_config(scheduler_document)
+        entry = ExtenderEntry.from_config(scheduler_document)
+        self._client = ExtenderClient("127.0.0.1", self.extender.port, timeout_s=entry.http_timeout_s)
         self.scheduler = KubeSchedulerEmulator(
-            self._client, self.api, node_cache_capable=bool(entry["nodeCacheCapable"]), weight=int(entry["weight"])
+            self._client, self.api, entry,
+            filters=[_taints_and_affinity, node_resources_fit(entry.ignored_by_scheduler)],
+            delete_pod=lambda pod: self.delete(pod["metadata"]["namespace"], pod["metadata"]["name"]),
         )
 
     # --- nodes ------------------------------------------------------------------------------------
@@ -240,25 +260,46 @@ class E2ECluster:
 
     def create(self, pod: KubeObject) -> KubeObject:
         """kubectl create: admission, then the API server stores the pod (or refuses it)."""
+        pod = self._resolve_priority(pod)
         mutated, response = self.admit(pod)
         if not response["allowed"]:
             raise PodRefused(response["status"]["message"])
         return self.api.create_pod(mutated)
 
+    def _resolve_priority(self, pod: KubeObject) -> KubeObject:
+        """The Priority admission plugin: priorityClassName -> spec.priority, spec.preemptionPolicy."""
+        pod = json.loads(json.dumps(pod))
+        spec = pod.setdefault("spec", {})
+        name = spec.get("priorityClassName")
+        if not name:
+            spec.setdefault("priority", 0)  # no globalDefault class is rendered
+            return pod
+        classes = {o["metadata"]["name"]: o for o in self.rendered.objects() if o["kind"] == "PriorityClass"}
+        if name in SYSTEM_PRIORITY_CLASSES:
+            spec["priority"], spec["preemptionPolicy"] = SYSTEM_PRIORITY_CLASSES[name], "PreemptLowerPriority"
+        elif name in classes:
+            spec["priority"] = classes[name]["value"]
+            spec["preemptionPolicy"] = classes[name].get("preemptionPolicy", "PreemptLowerPriority")
+        else:
+            raise PodRefused(f'pods "{pod["metadata"]["name"]}" is forbidden: no PriorityClass with name {name} was found')
+        return pod
+
     def schedule(self, namespace: str, name: str) -> Attempt:
-        """One scheduling cycle: kube-scheduler's own filters, then the extender (if the pod is ours)."""
+        """One scheduling cycle: tessera-scheduler (kube-scheduler + extender) for our pods."""
         pod = self.api.get_pod(namespace, name)
-        feasible = [n for n in self.api.list_nodes() if self._fits(pod, n)]
         if pod["spec"].get("schedulerName") != self.rendered.webhook_settings().scheduler_name:
             # default-scheduler: no extender; first feasible node wins
+            feasible = [n for n in self.api.list_nodes() if self._fits(pod, n)]
             if not feasible:
                 return Attempt(error="0 nodes are available")
             node = feasible[0]["metadata"]["name"]
             self.api.bind_pod(namespace, name, pod["metadata"]["uid"], node)
             return Attempt(node=node, feasible=[node])
-        if not feasible:
-            return Attempt(error="0 nodes are available (kube-scheduler filters)")
-        return self.scheduler.schedule(namespace, name, nodes=feasible)
+        attempt = self.scheduler.schedule(namespace, name)
+        if attempt.node is None and not attempt.error and not (attempt.preemption and attempt.preemption.nominated):
+            reasons = sorted({*attempt.failed.values(), *attempt.unresolvable.values()})
+            attempt.error = f"0/{len(self.api.list_nodes())} nodes are available: {'; '.join(reasons)}"
+        return attempt
 
     def _fits(self, pod: KubeObject, node: KubeObject) -> bool:
         spec, meta = pod["spec"], node["metadata"]
@@ -331,6 +372,15 @@ class E2ECluster:
             node.kubelet.stop()
         self.api.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _taints_and_affinity(pod: KubeObject, node: KubeObject, _pods: Any) -> Status | None:
+    """kube-scheduler's TaintToleration and NodeAffinity filters (UnschedulableAndUnresolvable)."""
+    if not tolerates(list(pod["spec"].get("tolerations") or []), list((node.get("spec") or {}).get("taints") or [])):
+        return Status(UNRESOLVABLE, ("node(s) had untolerated taint",))
+    if not selects(pod["spec"], node["metadata"].get("labels") or {}):
+        return Status(UNRESOLVABLE, ("node(s) didn't match Pod's node affinity/selector",))
+    return None
 
 
 _Settings = TypeVar("_Settings", ExtenderConfig, DevicePluginSettings)

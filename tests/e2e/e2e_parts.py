@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
+from tessera.model.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
 from tessera.kube.fake import FakeKubeApi
 
 KubeObject = dict[str, Any]

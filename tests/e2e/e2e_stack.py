@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from components.config.loader import from_pulumi_mapping, stack_mapping
-from components.config.stack import StackConfig
-from components.tke.labels_taints import _build_pool_labels, _build_pool_taints
+from tessera.model.loader import from_pulumi_mapping, stack_mapping
+from tessera.model.stack import StackConfig
+from tessera.model.labels_taints import pool_labels, pool_taints
 from tessera.manifests.stack import build_stack
 from tessera.webhook.settings import WebhookSettings
 
@@ -63,12 +63,12 @@ def pool_named(config: StackConfig, name: str) -> Any:
 
 
 def node_labels(config: StackConfig, pool: str) -> dict[str, str]:
-    """What the TKE node pool puts on its nodes (components/tke/labels_taints.py)."""
-    return _build_pool_labels(pool_named(config, pool))
+    """What the TKE node pool puts on its nodes (tessera/model/labels_taints.py)."""
+    return pool_labels(pool_named(config, pool))
 
 
 def node_taints(config: StackConfig, pool: str) -> list[dict[str, str]]:
-    return [{"key": t.key, "value": t.value, "effect": t.effect} for t in _build_pool_taints(pool_named(config, pool))]
+    return [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool_taints(pool_named(config, pool))]
 
 
 class Rendered:

@@ -14,8 +14,8 @@ import yaml
 from e2e_cluster import E2ECluster
 from e2e_stack import REPO, Rendered
 
-from components.config.loader import load_stack_file
-from tessera.contract import GPU_CORE, GPU_MEMORY
+from tessera.model.loader import load_stack_file
+from tessera.model.contract import GPU_CORE, GPU_MEMORY
 
 SCENARIOS = REPO / "docs" / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml"))

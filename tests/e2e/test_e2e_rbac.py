@@ -12,7 +12,7 @@ import pytest
 from e2e_cluster import E2ECluster, RecordingApi, job_pod, wait_until
 from e2e_stack import Rendered, shared_pool, stack
 
-from tessera.contract import GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE
+from tessera.model.contract import GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE
 from tessera.kube.api import KubeApi
 from tessera.repartition import apply_layout, load_plan
 from tessera_node.agent.registry import ContainerRegistry

@@ -12,7 +12,7 @@ import pytest
 from e2e_cluster import E2ECluster, PodRefused, job_pod, wait_until
 from e2e_stack import node_labels, node_taints, nvidia_pool, runs_on, shared_pool, stack
 
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_NODE_GPUS,
     GPU_CORE,

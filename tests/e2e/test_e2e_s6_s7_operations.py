@@ -11,9 +11,9 @@ import yaml
 from e2e_cluster import E2ECluster, job_pod, wait_until
 from e2e_stack import REPO, Rendered, runs_on, shared_pool, stack
 
-from components.config.loader import load_stack_file
+from tessera.model.loader import load_stack_file
 from tessera.cli.main import build_parser
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_NODE_GPUS,
     EXTENDER_PORT,
@@ -112,7 +112,7 @@ def test_s6_night_layout_gives_each_pod_a_gpu_of_its_own(day_night: E2ECluster) 
 def test_s7_scheduler_configuration_reaches_the_extender_service(prod: Rendered) -> None:
     entry = prod.extender_entry()
     assert entry["urlPrefix"] == f"http://{EXTENDER_SERVICE}.{TESSERA_NAMESPACE}.svc:{EXTENDER_PORT}"
-    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"], entry["preemptVerb"]) == ("filter", "prioritize", "bind", "preempt")
     assert entry["nodeCacheCapable"] is True and entry["ignorable"] is False
     assert {r["name"] for r in entry["managedResources"]} == {GPU_CORE, GPU_MEMORY}
     service = prod.find("Service", EXTENDER_SERVICE)

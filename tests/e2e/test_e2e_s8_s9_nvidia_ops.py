@@ -10,8 +10,8 @@ import yaml
 from e2e_cluster import E2ECluster, job_pod, wait_until
 from e2e_stack import REPO, Rendered, node_labels, node_taints, runs_on, shared_pool, stack
 
-from components.config.loader import load_stack_file
-from tessera.contract import (
+from tessera.model.loader import load_stack_file
+from tessera.model.contract import (
     GPU_CORE,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,
     LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY,

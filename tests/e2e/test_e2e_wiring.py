@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from e2e_stack import REPO, Rendered
 
-from components.config.loader import load_stack_file
+from tessera.model.loader import load_stack_file
 from tessera.cli.main import build_parser
-from tessera.contract import ENV_POOLS_FILE, MPS_ROOT
+from tessera.model.contract import ENV_POOLS_FILE, MPS_ROOT
 from tessera_node.agent.settings import AgentSettings
 
 STACKS = ["dev", "prod", "local"]

@@ -8,8 +8,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.config import MigPool, load_stack_file
-from components.config.mig import mig_resources, resolve_layout
+from tessera.model import MigPool, load_stack_file
+from tessera.model.mig import mig_resources, resolve_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "triton"

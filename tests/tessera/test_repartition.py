@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera import contract
+from tessera.model import contract
 from tessera.kube.fake import FakeKubeApi
 from tessera.repartition import (
     LABEL_MIG_CONFIG_STATE,

@@ -2,20 +2,18 @@
 kubeconfig pointing at a loopback stand-in API server that records the patches."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
+from json_api_stand_in import serving
 
-from tessera import contract
+from tessera.model import contract
 from tessera.repartition import PoolPlan, ScheduledLayout, layout_labels, plan_document
 
 PLAN = PoolPlan(
@@ -52,42 +50,21 @@ class ApiStandIn:
 def api(tmp_path: Path) -> Iterator[tuple[ApiStandIn, Path]]:
     state = ApiStandIn()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(length)) if length else None
-            status, answer = state.handle(self.command, self.path, self.headers.get("Content-Type", ""), body)
-            raw = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        do_GET = do_PATCH = _serve
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-                "users": [{"name": "u", "user": {"token": "test"}}],
-                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "ctx",
-            }
+    with serving(state.handle) as url:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": url}}],
+                    "users": [{"name": "u", "user": {"token": "test"}}],
+                    "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "ctx",
+                }
+            )
         )
-    )
-    yield state, kubeconfig
-    server.shutdown()
-    thread.join(10)
+        yield state, kubeconfig
 
 
 def _run(plan: Path, kubeconfig: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,7 @@ from gpucheck.analysis import (
 from gpucheck.checks_mps import WARMUP_S, mps_memory_limits, native_worker
 from gpucheck.procs import Worker, go_together, results, start_all
 from gpucheck.world import Context, new_container_id, new_pod_uid
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.freezer import Freezer, FreezeState
 from tessera_node.agent.registry import (
     AppClass,

@@ -30,7 +30,7 @@ from gpucheck.analysis import (
 )
 from gpucheck.procs import CheckFailed, Worker, WorkerFailed, go_together, register_supervisor, remember_pid, results, start_all, unregister_supervisor, wait_gone, worker_env
 from gpucheck.world import Context, new_pod_uid
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.mps import MpsLimits, MpsSupervisor, SubprocessRunner, client_env, desired_limits, mps_dirs
 from tessera_node.agent.registry import ContainerName, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
 

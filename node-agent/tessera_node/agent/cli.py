@@ -1,4 +1,4 @@
-"""`tessera node agent`: argument parsing and wiring only (called lazily by tessera/cli/node.py)."""
+"""`tessera node agent`: argument parsing and wiring only (run by tessera_node/cli.py: `tessera-node` and `tessera node`)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from tessera.contract import ENV_POOLS_FILE
+from tessera.model.contract import ENV_POOLS_FILE
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.freezer import Freezer, LeaseBook, run_lease_guard, thaw_all
@@ -19,9 +19,11 @@ from tessera_node.agent.loop import Agent, AgentDeps
 from tessera_node.agent.memory import ProcessKiller, SignalKiller
 from tessera_node.agent.metrics import serve_metrics
 from tessera_node.agent.mps import FakeProcessRunner, MpsSupervisor, ProcessRunner, SubprocessRunner
+from tessera_node.agent.pools import PoolsFileError, load_pools_file
 from tessera_node.agent.registry import ContainerRegistry, MemoryEnforcement, PoolPolicy, RegistryCorrupt, SharingPolicy
 from tessera_node.agent.settings import AgentSettings
-from tessera_node.agent.simscript import ScriptedBackend, SimulatedKiller
+from tessera_node.agent.simscript import ProcessScriptError, ScriptedBackend, SimulatedKiller, load_process_script
+from tessera_node.demo_paths import DefaultPath, demo_root, resolve
 from tessera_node.gpu.backend import GpuBackend, GpuBackendError
 
 _log = logging.getLogger("tessera.agent")
@@ -32,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--simulate", metavar="SPEC", help='simulated GPUs instead of NVML, e.g. "H100-80GB:8"')
     parser.add_argument("--simulate-processes", metavar="FILE", type=Path, help="JSON file scripting the simulated GPU processes (re-read when it changes)")
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="this node (default: $NODE_NAME)")
-    parser.add_argument("--state-dir", type=Path, default=DEFAULTS.state_dir, help=f"registry and freeze leases (default {DEFAULTS.state_dir})")
+    parser.add_argument(
+        "--state-dir", type=Path, default=DefaultPath(DEFAULTS.state_dir),
+        help=f"registry and freeze leases (default {DEFAULTS.state_dir}; with --simulate: $TMPDIR/tessera-<node>/agent, where `tessera node device-plugin --fake-kube` keeps it too)",
+    )
     parser.add_argument("--cgroup-root", type=Path, default=DEFAULTS.cgroup_root, help=f"cgroup mount (default {DEFAULTS.cgroup_root})")
     parser.add_argument("--proc-root", type=Path, default=DEFAULTS.proc_root, help=f"host /proc (default {DEFAULTS.proc_root})")
     parser.add_argument("--metrics-host", default=DEFAULTS.metrics_host, help=f"metrics listen address (default {DEFAULTS.metrics_host})")
@@ -69,9 +74,11 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         online_offline=bool(args.online_offline) or base.online_offline,
         offline_resume_idle_s=args.offline_resume_idle if args.offline_resume_idle is not None else base.offline_resume_idle_s,
     )
+    node_name = args.node_name or ("sim-node" if args.simulate else "")
+    state_dir = resolve(args.state_dir, bool(args.simulate), demo_root(node_name) / "agent")
     return AgentSettings(
-        node_name=args.node_name or ("sim-node" if args.simulate else ""),
-        state_dir=args.state_dir,
+        node_name=node_name,
+        state_dir=state_dir,
         cgroup_root=args.cgroup_root,
         proc_root=args.proc_root,
         poll_interval_s=args.poll_interval,
@@ -94,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     if not settings.node_name:
         print("tessera node agent: no node name; pass --node-name or set NODE_NAME (downward API spec.nodeName)", file=sys.stderr)
         return 2
+    problem = _check_input_files(args)
+    if problem:
+        print(f"tessera node agent: {problem}", file=sys.stderr)
+        return 2
     try:
         agent = _build_agent(args, settings)
     except (GpuBackendError, KubeApiError, ValueError, RegistryCorrupt) as exc:
@@ -115,9 +126,28 @@ def run(args: argparse.Namespace) -> int:
         agent.run(stop)
     finally:
         thawed = agent.shutdown()
-        server.shutdown()
+        server.stop(drain_s=1.0)
         print(f"tessera node agent stopped: thawed {len(thawed)} cgroup(s)", file=sys.stderr, flush=True)
     return 0
+
+
+def _check_input_files(args: argparse.Namespace) -> str | None:
+    """Files named on the command line must be usable at start: a wrong path is a mistake to
+    report, not a reason to run on defaults (both are re-read while running, and a bad version
+    then keeps the last good one)."""
+    if args.simulate_processes is not None:
+        if not args.simulate:
+            return "--simulate-processes needs --simulate (it scripts simulated GPUs)"
+        try:
+            load_process_script(args.simulate_processes)
+        except ProcessScriptError as exc:
+            return f"--simulate-processes {exc}"
+    if args.pools_file:
+        try:
+            load_pools_file(Path(args.pools_file))
+        except PoolsFileError as exc:
+            return f"--pools-file {exc}"
+    return None
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

@@ -24,7 +24,7 @@ from tessera_node.agent.events import EventSink, EventType
 from tessera_node.agent.freezer import Freezer, LeaseBook
 from tessera_node.agent.index import RegistryView
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED, REASON_MEMORY_WARNING, MemoryAction, MemoryGuard, ProcessKiller
-from tessera_node.agent.metrics import AgentView, ContainerGpuRow, GpuRow, ViewBox
+from tessera_node.agent.metrics import AgentView, ContainerGpuRow, GpuRow, LatencyCounts, ViewBox
 from tessera_node.agent.mps import MpsSupervisor, desired_limits
 from tessera_node.agent.pausing import PauseCause, PauseManager
 from tessera_node.agent.pools import pool_policy_for_node, read_pools_file
@@ -68,6 +68,7 @@ class _Counters:
     ticks: int = 0
     tick_seconds: float = 0.0
     tick_errors: int = 0
+    pause_latency: LatencyCounts = field(default_factory=LatencyCounts)
 
 
 class Agent:
@@ -190,18 +191,22 @@ class Agent:
                     active_burst.append((owner, uuid_of[sample.gpu]))
         plan = self.colocation.step(now, view, active_online)
         throttled = self.burst.step(now, view, active_burst)
+        applied_at = now
         if not plan.empty or throttled != self._last_throttled or view is not self._last_applied_view:
             # Only when a decision changed: rebuilding the wanted set costs O(frozen containers).
             wanted: dict[ContainerKey, set[PauseCause]] = {k: {PauseCause.ONLINE_ACTIVE} for k in self.colocation.frozen}
             for key in throttled:
                 wanted.setdefault(key, set()).add(PauseCause.BURST_THROTTLE)
             self.pauses.apply(now, self.deps.wall(), wanted, view.records)
+            applied_at = self.deps.monotonic()
             for key in [k for k in self.colocation.frozen if k not in self.pauses.paused]:
                 self.colocation.forget(key)
             self._last_throttled, self._last_applied_view = throttled, view
         self.pauses.renew_leases(self.deps.wall())
         for order in plan.freeze:
             if order.container.key in self.pauses.paused:
+                # from the sample that saw online work active to the offline container frozen
+                self.counters.pause_latency = self.counters.pause_latency.observe(applied_at - now)
                 who = ", ".join(order.online) or "an online container"
                 self.events.emit(order.container, REASON_PAUSED, f"paused: online work on GPU {order.gpu_uuid} is active ({who})", EventType.NORMAL)
         for thaw in plan.thaw:
@@ -361,5 +366,5 @@ class Agent:
         )
         return AgentView(
             tuple(rows), gpus, self.counters.ticks, self.counters.tick_seconds, self.events.failures,
-            ambiguous_processes=len(self._attribution.ambiguous_pids()),
+            ambiguous_processes=len(self._attribution.ambiguous_pids()), pause_latency=self.counters.pause_latency,
         )

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the node agent, served by prometheus-client on its own registry.
+"""Prometheus metrics of the node agent, on their own registry, served by `tessera.httpd`.
 
 The agent loop publishes an immutable `AgentView` once per slow tick; the collector turns the
 latest view into metric families at scrape time, so scrapes never touch NVML or cgroups and the
@@ -11,15 +11,43 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from tessera.httpd import HardenedHTTPServer
+from tessera.httpd.prometheus import serve_metrics as serve_registry
+
+from tessera.model.metrics import agent as m
+from tessera.model.metrics.spec import MetricSpec
 
 MIB = 1024 * 1024
-_CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid"]
-_GPU_LABELS = ["gpu_uuid", "gpu_index", "model"]
+# Freezing a cgroup takes microseconds to tens of milliseconds (processes inside a GPU call settle
+# first); the online work waits for it, so the buckets resolve that range.
+PAUSE_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+@dataclass(frozen=True)
+class LatencyCounts:
+    """An immutable histogram: observations per bucket of `PAUSE_BUCKETS` (last slot: above all)."""
+
+    counts: tuple[int, ...] = (0,) * (len(PAUSE_BUCKETS) + 1)
+    total_seconds: float = 0.0
+
+    def observe(self, seconds: float) -> LatencyCounts:
+        slot = next((i for i, bound in enumerate(PAUSE_BUCKETS) if seconds <= bound), len(PAUSE_BUCKETS))
+        counts = tuple(c + 1 if i == slot else c for i, c in enumerate(self.counts))
+        return LatencyCounts(counts, self.total_seconds + max(seconds, 0.0))
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(upper bound, observations at or below it), `+Inf` last: the exposition's buckets."""
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*(str(b) for b in PAUSE_BUCKETS), "+Inf"), self.counts, strict=True):
+            running += count
+            out.append((bound, float(running)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,7 @@ class AgentView:
     tick_seconds_total: float = 0.0
     event_failures: int = 0
     ambiguous_processes: int = 0  # GPU processes no single container can be named for yet
+    pause_latency: LatencyCounts = field(default_factory=LatencyCounts)
 
 
 @dataclass
@@ -100,6 +129,43 @@ class ViewBox:
             return self._view
 
 
+_ContainerValue = Callable[[ContainerGpuRow], float]
+_GpuValue = Callable[[GpuRow], float]
+
+CONTAINER_METRICS: Final[tuple[tuple[MetricSpec, _ContainerValue], ...]] = (
+    (m.CONTAINER_GPU_MEMORY_USED_BYTES, lambda r: r.memory_used_mib * MIB),
+    (m.CONTAINER_GPU_MEMORY_LIMIT_BYTES, lambda r: r.memory_limit_mib * MIB),
+    (m.CONTAINER_GPU_CORE_ALLOCATED_PERCENT, lambda r: r.core_allocated_pct),
+    (m.CONTAINER_GPU_UTILIZATION_PERCENT, lambda r: r.sm_utilisation_pct),
+    (m.CONTAINER_GPU_ATTRIBUTION_PENDING, lambda r: 1.0 if r.attribution_pending else 0.0),
+    (m.CONTAINER_FROZEN, lambda r: 1.0 if r.frozen else 0.0),
+    (m.CONTAINER_FROZEN_SECONDS, lambda r: r.frozen_seconds),
+    (m.CONTAINER_FREEZES, lambda r: r.freezes),
+    (m.CONTAINER_THROTTLE_EVENTS, lambda r: r.throttle_events),
+    (m.CONTAINER_GPU_MEMORY_KILLS, lambda r: r.memory_kills),
+    (m.CONTAINER_GPU_MEMORY_WARNINGS, lambda r: r.memory_warnings),
+)
+
+GPU_METRICS: Final[tuple[tuple[MetricSpec, _GpuValue], ...]] = (
+    (m.GPU_CORE_ALLOCATED_PERCENT, lambda g: g.core_allocated_pct),
+    (m.GPU_MEMORY_ALLOCATED_BYTES, lambda g: g.memory_allocated_mib * MIB),
+    (m.GPU_MEMORY_TOTAL_BYTES, lambda g: g.memory_total_mib * MIB),
+    (m.GPU_MEMORY_USED_BYTES, lambda g: g.memory_used_mib * MIB),
+    (m.GPU_UTILIZATION_PERCENT, lambda g: g.utilisation_pct),
+    (m.GPU_HEALTHY, lambda g: 1.0 if g.healthy else 0.0),
+    (m.GPU_XID_ERRORS, lambda g: g.xid_errors),
+    (m.GPU_MPS_DAEMON_RUNNING, lambda g: 1.0 if g.mps_daemon_running else 0.0),
+    (m.GPU_MPS_DAEMON_RESTARTS, lambda g: g.mps_restarts),
+)
+
+TICKS, TICK_SECONDS, EVENT_FAILURES, AMBIGUOUS, PAUSE_SECONDS = m.TICKS, m.TICK_SECONDS, m.EVENT_FAILURES, m.AMBIGUOUS, m.PAUSE_SECONDS
+METRICS: Final = m.METRICS
+
+def _family(spec: MetricSpec) -> Any:
+    cls = GaugeMetricFamily if spec.type == "gauge" else CounterMetricFamily
+    return cls(spec.name, spec.help, labels=list(spec.labels))
+
+
 class AgentCollector:
     def __init__(self, view: Callable[[], AgentView]) -> None:
         self._view = view
@@ -111,69 +177,39 @@ class AgentCollector:
         v = self._view()
         yield from _container_families(v)
         yield from _gpu_families(v)
-        ticks = CounterMetricFamily("tessera_agent_ticks", "Control loop iterations")
-        ticks.add_metric([], v.ticks)
-        yield ticks
-        busy = CounterMetricFamily("tessera_agent_tick_seconds", "CPU-wall time spent inside control loop iterations")
-        busy.add_metric([], v.tick_seconds_total)
-        yield busy
-        failures = CounterMetricFamily("tessera_agent_event_post_failures", "Kubernetes events that could not be posted")
-        failures.add_metric([], v.event_failures)
-        yield failures
-        ambiguous = GaugeMetricFamily(
-            "tessera_agent_ambiguous_gpu_processes",
-            "GPU processes that could belong to several containers of their pod (container ids not known yet)",
-        )
-        ambiguous.add_metric([], v.ambiguous_processes)
-        yield ambiguous
+        for spec, value in ((TICKS, v.ticks), (TICK_SECONDS, v.tick_seconds_total), (EVENT_FAILURES, v.event_failures), (AMBIGUOUS, v.ambiguous_processes)):
+            family = _family(spec)
+            family.add_metric([], value)
+            yield family
+        pauses = HistogramMetricFamily(PAUSE_SECONDS.name, PAUSE_SECONDS.help)
+        pauses.add_metric([], v.pause_latency.cumulative(), v.pause_latency.total_seconds)
+        yield pauses
 
 
 def _container_families(v: AgentView) -> Iterator[Metric]:
-    specs: list[tuple[str, str, str, Callable[[ContainerGpuRow], float]]] = [
-        ("gauge", "tessera_container_gpu_memory_used_bytes", "GPU memory used by the container's processes on this GPU", lambda r: r.memory_used_mib * MIB),
-        ("gauge", "tessera_container_gpu_memory_limit_bytes", "The container's tessera.dev/gpu-memory on this GPU (0 = no limit)", lambda r: r.memory_limit_mib * MIB),
-        ("gauge", "tessera_container_gpu_core_allocated_percent", "The container's tessera.dev/gpu-core on this GPU", lambda r: r.core_allocated_pct),
-        ("gauge", "tessera_container_gpu_utilization_percent", "SM utilisation of the container's processes on this GPU", lambda r: r.sm_utilisation_pct),
-        ("gauge", "tessera_container_gpu_attribution_pending", "1 while a GPU process may be this container's or a sibling's (runtime ids not known yet); its memory limit is not enforced meanwhile", lambda r: 1.0 if r.attribution_pending else 0.0),
-        ("gauge", "tessera_container_frozen", "1 while the agent keeps the container frozen (offline pause or burst throttle)", lambda r: 1.0 if r.frozen else 0.0),
-        ("counter", "tessera_container_frozen_seconds", "Seconds the container spent frozen", lambda r: r.frozen_seconds),
-        ("counter", "tessera_container_freezes", "Times the container was frozen", lambda r: r.freezes),
-        ("counter", "tessera_container_throttle_events", "Times a burst-share container was throttled back to its share", lambda r: r.throttle_events),
-        ("counter", "tessera_container_gpu_memory_kills", "Times the container's GPU processes were killed for exceeding gpu-memory", lambda r: r.memory_kills),
-        ("counter", "tessera_container_gpu_memory_warnings", "Times the container exceeded gpu-memory on a warn pool", lambda r: r.memory_warnings),
-    ]
-    for kind, name, doc, value in specs:
-        family: Any = GaugeMetricFamily(name, doc, labels=_CONTAINER_LABELS + (["app_class"] if name.endswith("_frozen") else [])) if kind == "gauge" else CounterMetricFamily(name, doc, labels=_CONTAINER_LABELS)
+    for spec, value in CONTAINER_METRICS:
+        family = _family(spec)
+        frozen = "app_class" in spec.labels
         for row in v.containers:
             labels = [row.namespace, row.pod, row.container, row.gpu_uuid]
-            if name.endswith("_frozen"):
+            if frozen:
                 labels.append(row.app_class)
             family.add_metric(labels, value(row))
         yield family
 
 
 def _gpu_families(v: AgentView) -> Iterator[Metric]:
-    specs: list[tuple[str, str, str, Callable[[GpuRow], float]]] = [
-        ("gauge", "tessera_gpu_core_allocated_percent", "Sum of gpu-core given to containers on this GPU", lambda g: g.core_allocated_pct),
-        ("gauge", "tessera_gpu_memory_allocated_bytes", "Sum of gpu-memory given to containers on this GPU", lambda g: g.memory_allocated_mib * MIB),
-        ("gauge", "tessera_gpu_memory_total_bytes", "GPU memory", lambda g: g.memory_total_mib * MIB),
-        ("gauge", "tessera_gpu_memory_used_bytes", "GPU memory in use (all processes)", lambda g: g.memory_used_mib * MIB),
-        ("gauge", "tessera_gpu_utilization_percent", "Percent of time a kernel ran on the GPU", lambda g: g.utilisation_pct),
-        ("gauge", "tessera_gpu_healthy", "1 when the GPU is healthy (no critical Xid, responsive)", lambda g: 1.0 if g.healthy else 0.0),
-        ("counter", "tessera_gpu_xid_errors", "Xid errors the driver reported for this GPU", lambda g: g.xid_errors),
-        ("gauge", "tessera_gpu_mps_daemon_running", "1 when this GPU's MPS control daemon runs (fixed-share pools)", lambda g: 1.0 if g.mps_daemon_running else 0.0),
-        ("counter", "tessera_gpu_mps_daemon_restarts", "Times the agent restarted this GPU's MPS control daemon", lambda g: g.mps_restarts),
-    ]
-    for kind, name, doc, value in specs:
-        family: Any = GaugeMetricFamily(name, doc, labels=_GPU_LABELS) if kind == "gauge" else CounterMetricFamily(name, doc, labels=_GPU_LABELS)
+    for spec, value in GPU_METRICS:
+        family = _family(spec)
         for g in v.gpus:
             family.add_metric([g.uuid, str(g.index), g.model], value(g))
         yield family
 
 
-def serve_metrics(view: Callable[[], AgentView], host: str, port: int) -> tuple[Any, threading.Thread, int]:
-    """Serve /metrics on host:port (port 0 picks a free one); returns (server, thread, port)."""
+def serve_metrics(view: Callable[[], AgentView], host: str, port: int) -> tuple[HardenedHTTPServer, threading.Thread, int]:
+    """Serve GET /metrics on host:port (port 0 picks a free one); returns (server, thread, port).
+    Other paths get 404 and other methods 405, in the JSON shape of `tessera.httpd`; stop with
+    `server.stop()`."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(view))
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    return server, thread, int(server.server_address[1])
+    return serve_registry(registry, host, port, "agent-metrics")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.registry import RegisteredContainer, SharingPolicy
 
 MPS_CONTROL = "nvidia-cuda-mps-control"

@@ -1,5 +1,5 @@
 """The pool policy of this node: the pools file (the `tessera-pools` ConfigMap mounted at
-`tessera.contract.POOLS_FILE`) entry named by the node's `tessera.dev/pool` label, else the
+`tessera.model.contract.POOLS_FILE`) entry named by the node's `tessera.dev/pool` label, else the
 policy labels on the node, else the agent's defaults.
 
 Why the file first: a policy edit in stack config changes only that ConfigMap (kubelet refreshes
@@ -8,12 +8,38 @@ clusters wired by hand.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from tessera.contract import LABEL_POOL
-from tessera.pools_file import read_pools_file as read_pools_file  # shared with the extender; re-exported here
+from tessera.model.contract import LABEL_POOL
+from tessera.model.pools_file import read_pools_file as read_pools_file  # shared with the extender; re-exported here
 from tessera_node.agent.registry import MemoryEnforcement, PoolPolicy, SharingPolicy, pool_policy_from_node_labels
+
+
+class PoolsFileError(ValueError):
+    """The pools file named on the command line cannot be used; the message starts with its path."""
+
+
+def load_pools_file(path: Path) -> dict[str, Any]:
+    """The pools document, strictly: a missing, unreadable or malformed file is an error naming the
+    file (`read_pools_file` instead treats all of these as "no file", for use after start)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PoolsFileError(f"{path}: no such file (the tessera-pools ConfigMap is mounted at /etc/tessera/pools; leave --pools-file out to use node labels)") from None
+    except UnicodeDecodeError as exc:
+        raise PoolsFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise PoolsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PoolsFileError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise PoolsFileError(f"{path}: expected a JSON object of pool name -> pool settings, found {type(data).__name__}")
+    return data
 
 
 def pool_policy_from_entry(entry: Mapping[str, Any], default: PoolPolicy) -> PoolPolicy:

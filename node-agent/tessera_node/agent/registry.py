@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, NewType
 
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_APP_CLASS,
     LABEL_MEMORY_ENFORCEMENT,
@@ -99,7 +99,7 @@ class PoolPolicy:
 
 
 # Node label carrying the pool's `offlineResumeIdleSeconds` (the other policy labels live in
-# tessera.contract); read by `pool_policy_from_node_labels`.
+# tessera.model.contract); read by `pool_policy_from_node_labels`.
 LABEL_OFFLINE_RESUME_IDLE_SECONDS = "tessera.dev/offline-resume-idle-seconds"
 
 
@@ -267,7 +267,9 @@ class ContainerRegistry:
         with self._thread_lock, open(self._lock_path, "a+") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
-                records = self._load()
+                # The file as we last wrote or read it is still current unless its stamp moved
+                # (an atomic rename always changes the inode): skip parsing it again.
+                records = dict(self._cache) if self._cache_stamp is not None and self._stamp() == self._cache_stamp else self._load()
                 yield records
                 self._write(records)
                 self._cache = dict(records)
@@ -294,7 +296,10 @@ class ContainerRegistry:
 
     def _write(self, records: Mapping[ContainerKey, RegisteredContainer]) -> None:
         body = {"v": _FORMAT_VERSION, "containers": [records[k].to_json() for k in sorted(records, key=str)]}
-        atomic_write_text(self._path, json.dumps(body, indent=1, sort_keys=True))
+        # Compact on purpose: with `indent`, json falls back to its pure-Python encoder, which took
+        # 10x longer on a dense node's registry and held the GIL the device plugin's gRPC handlers
+        # need meanwhile (`python -m json.tool` pretty-prints it for people).
+        atomic_write_text(self._path, json.dumps(body, separators=(",", ":"), sort_keys=True))
 
 
 class RegistryCorrupt(Exception):

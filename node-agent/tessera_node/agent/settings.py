@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tessera.contract import MPS_ROOT
+from tessera.model.contract import MPS_ROOT
 from tessera_node.agent.cgroups import DEFAULT_CGROUP_ROOT, DEFAULT_PROC_ROOT
 from tessera_node.agent.registry import PoolPolicy
 

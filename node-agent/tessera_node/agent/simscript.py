@@ -25,14 +25,21 @@ class ProcessScriptError(ValueError):
 
 def load_process_script(path: Path) -> list[tuple[int, int, int, int]]:
     """(pid, gpu, memory MiB, SM %) per line of the file."""
+    expected = '; expected {"processes": [{"pid": 1, "gpu": 0, "memoryMiB": 512, "smPct": 50}]}'
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProcessScriptError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProcessScriptError(f"{path}: not UTF-8 text (byte {exc.start}){expected}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProcessScriptError(f"{path}:{exc.lineno}: not JSON: {exc.msg}{expected}") from None
+    try:
         return [(int(p["pid"]), int(p["gpu"]), int(p.get("memoryMiB", 0)), int(p.get("smPct", 0))) for p in data.get("processes", [])]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ProcessScriptError(
-            f"cannot read simulated processes from {path}: {exc}; expected "
-            '{"processes": [{"pid": 1, "gpu": 0, "memoryMiB": 512, "smPct": 50}]}'
-        ) from exc
+    except (AttributeError, ValueError, KeyError, TypeError) as exc:
+        raise ProcessScriptError(f"{path}: not a process list ({type(exc).__name__}: {exc}){expected}") from None
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Final, NewType
 
-from tessera.contract import ALLOCATION_ENV_KEYS, CORE_PER_GPU, NodeGpu
+from tessera.model.contract import ALLOCATION_ENV_KEYS, CORE_PER_GPU, NodeGpu
 
 TokenId = NewType("TokenId", str)
 

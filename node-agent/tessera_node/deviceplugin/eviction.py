@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Final
 
-from tessera.contract import ANNOTATION_ALLOCATION, Allocation, NodeGpu
+from tessera.model.contract import ANNOTATION_ALLOCATION, Allocation, NodeGpu
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, KubeObject, NotFound
 from tessera.kube.events import PodRef, pod_event
 

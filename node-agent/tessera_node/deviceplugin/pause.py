@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from tessera.contract import LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, PAUSED_FOR_MIG_CHANGE
+from tessera.model.contract import LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, PAUSED_FOR_MIG_CHANGE
 
 
 class PauseTransition(enum.Enum):

@@ -15,26 +15,28 @@ Every `tick_s` (default 100 ms; the Xid wait doubles as the sleep) the superviso
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import GPU_CORE, NodeGpu
+from tessera.model.contract import GPU_CORE, GPU_MEMORY, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
 from tessera_node.agent.pools import pool_policy_for_node
 from tessera_node.agent.registry import ContainerKey, ContainerName, ContainerRegistry, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.eviction import EvictionSettings, Evictor
 from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.deviceplugin.metrics import PluginCounters, PluginMetricsView
 from tessera_node.deviceplugin.pause import PauseTransition, node_labels, transition
 from tessera_node.deviceplugin.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesError
 from tessera_node.deviceplugin.poolsfile import PoolsFile
 from tessera_node.deviceplugin.prestart import PreStartRejected, find_owner, verify
 from tessera_node.deviceplugin.publish import NodeReport, publish
+from tessera_node.deviceplugin.registry_writer import RegistryWriter
 from tessera_node.deviceplugin.registration import KUBELET_SOCKET_NAME, RegistrationError, SocketIdentity, needs_registration, register
 from tessera_node.deviceplugin.server import DevicePluginServicer, PluginServer, PluginState, RpcTimings
 from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, MigMode
@@ -42,6 +44,29 @@ from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, MigM
 log = logging.getLogger("tessera.deviceplugin")
 # How long without an Allocate or PreStartContainer before background reconciliation may run.
 _RECONCILE_QUIET_S = 0.2
+# After a pass gave way to container starts, wait this long before trying again (each attempt
+# costs a PodResources List, which kubelet rate-limits for all its clients together).
+_RECONCILE_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Ready:
+    """What the plugin serves, once kubelet accepted its first registration."""
+
+    socket: Path
+    kubelet_socket: Path
+    resource: str
+    devices: int
+    gpus: tuple[str, ...]  # model per advertised GPU
+    memory_mib: int  # published as node capacity of tessera.dev/gpu-memory
+
+    def line(self) -> str:
+        models = ", ".join(f"{n} x {m}" for m, n in sorted(Counter(self.gpus).items())) or "no GPUs"
+        return (
+            f"ready: serving {self.resource} ({self.devices} devices on {len(self.gpus)} GPU{'' if len(self.gpus) == 1 else 's'}: {models}) "
+            f"on {self.socket}, "
+            f"registered with kubelet at {self.kubelet_socket}; {GPU_MEMORY} {self.memory_mib} MiB published as node capacity"
+        )
 
 
 @dataclass(frozen=True)
@@ -70,6 +95,11 @@ class DevicePluginSettings:
     Default 60 s: kubelet may reset extended resources it does not own after it restarts."""
     reconcile_s: float = 30.0
     """Re-derive the registry from PodResources and pods this often. Default 30 s."""
+    pod_resources_prefetch: bool = True
+    """After each Allocate, look up in the background (a PodResources List, at most 50/s) who got
+    the devices, so PreStartContainer usually answers without calling kubelet. Default on: kubelet
+    starts a container well after admitting it, and it halved PreStartContainer's p50 pod by pod
+    (docs/benchmarks.md). Off: one List per start that misses, as before."""
     pools_file: Path | None = None
     """The mounted `tessera-pools` ConfigMap (`--pools-file`, default $TESSERA_POOLS_FILE). Default
     None = node labels alone; the DaemonSet always sets it, so the plugin and the agent follow the
@@ -87,82 +117,6 @@ def inventory_from_backend(backend: GpuBackend) -> Inventory:
     )
 
 
-class RegistryWriter:
-    """Writes registry records off the PreStartContainer path.
-
-    The registry is a file shared with the agent (flock, read, full rewrite, atomic rename):
-    milliseconds per write on a dense node, and its JSON work holds the GIL that gRPC handlers
-    need. Measured on a busy machine, writing inside PreStartContainer put its p99 at ~200 ms, and
-    writing on a thread concurrently still at ~30 ms. So the verification that decides whether the
-    container may start stays synchronous, and the writer waits for a quiet gap (`quiet_s` without
-    a container start, at most `max_delay_s` after the oldest waiting record), then writes every
-    record queued by then in one rewrite: a burst of N starts costs one write, not N writes of N
-    records each. A record lost to a crash in between is restored by `DevicePlugin.reconcile`,
-    and the agent rebuilds its registry from pods on its own as well.
-    """
-
-    def __init__(self, registry: ContainerRegistry, *, quiet_s: float = 0.05, max_delay_s: float = 2.0) -> None:
-        self._registry = registry
-        self._quiet_s = quiet_s
-        self._max_delay_s = max_delay_s
-        self._last_activity = float("-inf")
-        self._queue: queue.Queue[tuple[float, RegisteredContainer] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._drain, name="registry-writer", daemon=True)
-        self._thread.start()
-        self.writes = 0  # registry rewrites done, for tests
-
-    def note_activity(self) -> None:
-        """A container start is in progress: hold writes back."""
-        self._last_activity = time.monotonic()
-
-    def submit(self, record: RegisteredContainer) -> None:
-        self.note_activity()
-        self._queue.put((time.monotonic(), record))
-
-    def _wait_for_quiet(self, queued_at: float) -> None:
-        while True:
-            now = time.monotonic()
-            quiet_for = now - self._last_activity
-            if quiet_for >= self._quiet_s or now - queued_at >= self._max_delay_s:
-                return
-            time.sleep(min(self._quiet_s - quiet_for, queued_at + self._max_delay_s - now))
-
-    def _drain(self) -> None:
-        stopping = False
-        while not stopping:
-            item = self._queue.get()
-            taken = 1
-            if item is None:
-                self._queue.task_done()
-                return
-            self._wait_for_quiet(item[0])
-            batch = {item[1].key: item[1]}  # a later record of the same container wins
-            while True:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                taken += 1
-                if more is None:
-                    stopping = True
-                    break
-                batch[more[1].key] = more[1]
-            try:
-                self._registry.register_all(batch.values())
-                self.writes += 1
-            except Exception:  # a write failure must not kill the writer; reconcile retries later
-                log.exception("cannot write registry records %s", sorted(str(k) for k in batch))
-            finally:
-                for _ in range(taken):
-                    self._queue.task_done()
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Write what is queued, then stop."""
-        self._last_activity = float("-inf")
-        self._queue.put(None)
-        self._thread.join(timeout_s)
-
-
 class DevicePlugin:
     def __init__(
         self,
@@ -172,8 +126,10 @@ class DevicePlugin:
         registry: ContainerRegistry,
         *,
         clock: Callable[[], float] = time.monotonic,
+        on_ready: Callable[[Ready], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._on_ready = on_ready or (lambda ready: log.info("%s", ready.line()))
         self._backend = backend
         self._kube = kube
         self._registry = registry
@@ -186,15 +142,19 @@ class DevicePlugin:
         self._policy_inputs: tuple[Mapping[str, str], Mapping[str, Any]] | None = None  # what `_policy` was derived from
         self._evictor = Evictor(settings.eviction, kube, settings.node_name)
         self.state = PluginState(Inventory(()), settings.allocate)
-        self._pod_resources = PodResourcesClient(settings.pod_resources_socket)
-        self._servicer = DevicePluginServicer(self.state, self.prestart, before_allocate=self._before_allocate)
+        self._pod_resources = PodResourcesClient(settings.pod_resources_socket, prefetch_gap_s=0.02 if settings.pod_resources_prefetch else 0.0)
+        self._servicer = DevicePluginServicer(
+            self.state, self.prestart, before_allocate=self._before_allocate, after_allocate=self._pod_resources.after_allocate
+        )
         self._last_rpc = float("-inf")  # when an Allocate or PreStartContainer last began (`clock`)
         self._server = PluginServer(settings.device_plugin_dir / settings.endpoint, self._servicer)
         self._health = HealthTracker(settings.health, ())
         self._registered_with: SocketIdentity | None = None
         self._published: NodeReport | None = None
         self.paused = False
+        self._waiting_logged = False
         self.registrations = 0  # successful Register calls, for tests and logs
+        self.counters = PluginCounters()
 
     @property
     def rpc_timings(self) -> RpcTimings:
@@ -202,11 +162,28 @@ class DevicePlugin:
         return self._servicer.timings
 
     # --- PreStartContainer (called from gRPC threads) -------------------------------------------
-    def _before_allocate(self) -> None:
+    def _before_allocate(self, tokens: Sequence[str]) -> None:
         self._last_rpc = self._clock()
+        self._pod_resources.note_allocate(tokens)  # before kubelet can record the assignment
         self._apply_policy()
 
+    def metrics_view(self) -> PluginMetricsView:
+        """The figures one /metrics scrape reports (any thread)."""
+        ok, failed, accepted, rejected = self.counters.snapshot()
+        gpus = self.state.inventory.gpus
+        healthy = sum(1 for g in gpus if g.healthy)
+        registered = self._registered_with is not None and not self.paused and self._server.socket_path.exists()
+        return PluginMetricsView(GPU_CORE, registered, self.paused, ok, failed, healthy, len(gpus) - healthy, accepted, rejected)
+
     def prestart(self, tokens: Sequence[str]) -> None:
+        try:
+            self._prestart(tokens)
+        except PreStartRejected:
+            self.counters.count("starts_rejected")
+            raise
+        self.counters.count("starts_accepted")
+
+    def _prestart(self, tokens: Sequence[str]) -> None:
         self._last_rpc = self._clock()
         self._writer.note_activity()
         self._apply_policy()
@@ -238,7 +215,7 @@ class DevicePlugin:
             self._read_node()
             if not self.paused:
                 self._start_serving()
-            next_node = next_publish = next_reconcile = next_probe = self._clock()
+            next_node = next_publish = reconcile_due = next_reconcile = next_probe = self._clock()
             while not stop.is_set():
                 now = self._clock()
                 if now >= next_node:
@@ -267,9 +244,12 @@ class DevicePlugin:
                 # for the GIL. It is a safety net nothing waits on, so it gives way to
                 # Allocate/PreStartContainer calls, for at most one period.
                 if now >= next_reconcile:
-                    overdue = now >= next_reconcile + self.settings.reconcile_s
-                    if (overdue or not self._rpcs_active()) and self.reconcile(give_way=not overdue):
-                        next_reconcile = now + self.settings.reconcile_s
+                    overdue = now >= reconcile_due + self.settings.reconcile_s
+                    if overdue or not self._rpcs_active():
+                        if self.reconcile(give_way=not overdue):
+                            reconcile_due = next_reconcile = now + self.settings.reconcile_s
+                        else:
+                            next_reconcile = now + min(_RECONCILE_RETRY_S, self.settings.reconcile_s)
         finally:
             self._stop_serving()
             self.state.close()
@@ -306,17 +286,30 @@ class DevicePlugin:
     def _ensure_registered(self) -> None:
         kubelet_socket = self.settings.device_plugin_dir / KUBELET_SOCKET_NAME
         kubelet_now = SocketIdentity.of(kubelet_socket)
+        if kubelet_now is None and not self._waiting_logged:
+            self._waiting_logged = True
+            log.info("waiting for kubelet: no socket at %s yet (--device-plugin-dir)", kubelet_socket)
         if not needs_registration(self._registered_with, kubelet_now, self._server.socket_path.exists()):
             return
+        self._waiting_logged = False
         self._server.start()  # a fresh socket: kubelet wiped the old one when it restarted
         try:
             register(kubelet_socket, self.settings.endpoint, GPU_CORE, timeout_s=1.0)
         except RegistrationError as exc:
             log.warning("%s; retrying", exc)
+            self.counters.count("registrations_failed")
             return
         self._registered_with = kubelet_now
         self.registrations += 1
-        log.info("registered %s with kubelet (%d GPUs)", GPU_CORE, len(self.state.inventory.gpus))
+        self.counters.count("registrations_ok")
+        inventory = self.state.inventory
+        if self.registrations == 1:
+            self._on_ready(Ready(
+                self._server.socket_path, kubelet_socket, GPU_CORE, len(inventory.devices()),
+                tuple(g.model for g in inventory.gpus), inventory.healthy_memory_mib,
+            ))
+        else:
+            log.info("registered %s with kubelet again (%d GPUs): kubelet restarted or the socket was removed", GPU_CORE, len(inventory.gpus))
         self._publish(force=True)  # kubelet may have reset extended resources while restarting
 
     def _read_node(self) -> None:
@@ -381,7 +374,12 @@ class DevicePlugin:
     def reconcile(self, *, give_way: bool = False) -> bool:
         """Make the registry match kubelet's PodResources and the pods' allocation records.
         With `give_way`, stops without changing anything as soon as an Allocate or
-        PreStartContainer comes in, and returns False (the caller retries later)."""
+        PreStartContainer comes in, and returns False (the caller retries later); so it does
+        while no kubelet has accepted the plugin (nothing to ask)."""
+        if give_way and self._rpcs_active():
+            return False  # a start arrived since the caller looked: do not spend a List on it
+        if self._registered_with is None:
+            return False  # no kubelet to ask yet (not started, or restarting): try again shortly
         # Snapshot before listing: a container registered by a PreStartContainer that runs while we
         # reconcile is newer than our PodResources answer and must not be dropped.
         before = self._registry.all()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tessera.contract import ANNOTATION_NODE_GPUS, GPU_MEMORY
+from tessera.model.contract import ANNOTATION_NODE_GPUS, GPU_MEMORY
 from tessera.kube.api import KubeApi
 from tessera_node.deviceplugin.core import Inventory
 

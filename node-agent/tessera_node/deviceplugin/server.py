@@ -117,12 +117,16 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         self,
         state: PluginState,
         prestart: PreStart,
-        before_allocate: Callable[[], None] = lambda: None,
+        before_allocate: Callable[[Sequence[str]], None] = lambda tokens: None,
+        after_allocate: Callable[[], None] = lambda: None,
         timings: RpcTimings | None = None,
     ) -> None:
         self._state = state
         self._prestart = prestart
-        self._before_allocate = before_allocate  # brings allocate settings up to date (pool policy)
+        # Told every Allocate's device IDs before it is answered (PodResources lookups rely on
+        # seeing every assignment), and brings allocate settings up to date (pool policy).
+        self._before_allocate = before_allocate
+        self._after_allocate = after_allocate  # an accepted Allocate is about to be answered
         self.timings = timings or RpcTimings()
         # The answer depends only on the settings (node-wide facts): built once per settings.
         self._answer_cache: tuple[AllocateSettings, dp.ContainerAllocateResponse] | None = None
@@ -151,7 +155,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
 
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:
         began, cpu = time.perf_counter(), time.thread_time()
-        self._before_allocate()
+        self._before_allocate([t for req in request.container_requests for t in req.devices_ids])
         inventory, settings = self._state.inventory, self._state.allocate_settings
         responses = []
         try:
@@ -161,6 +165,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
             self.timings.record("Allocate", time.perf_counter() - began, time.thread_time() - cpu)
+        self._after_allocate()
         return dp.AllocateResponse(container_responses=responses)
 
     def _answer(self, inventory: Inventory, tokens: Sequence[str], settings: AllocateSettings) -> dp.ContainerAllocateResponse:

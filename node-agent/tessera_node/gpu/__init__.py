@@ -1,4 +1,7 @@
-"""GPU backends: the `GpuBackend` interface, the NVML adapter and the simulated node."""
+"""GPU backends: the `GpuBackend` interface, the NVML adapter and the simulated node.
+
+May import nothing of `tessera`: the NVML and simulated backends are the node's hardware seam.
+"""
 from __future__ import annotations
 
 from tessera_node.gpu.backend import (

@@ -3,18 +3,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pulumi
 import pulumi.runtime
 import pulumi_kubernetes as k8s
 import pytest
-from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
+import yaml
+from pulumi.runtime.mocks import MockResourceArgs
+from pulumi_program_mocks import RecordingMonitor, secret_value, start_mocks
 
-from components.config import StackConfig, load_stack_file
-from components.platform import TesseraPlatform
+from tessera.model import StackConfig, load_stack_file
+from tessera.model.loader import from_pulumi_mapping, stack_mapping
+from tessera_pulumi.platform import TesseraPlatform
 from tessera.manifests.objects import object_id
-from tessera.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.model.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.manifests.stack import build_stack, gpu_operator_release, prometheus_adapter_release
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,37 +27,6 @@ SECRET = "kubernetes:core/v1:Secret"
 MUTATING_WEBHOOK_CONFIGURATION = "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration"
 PLATFORM = "tessera:index:TesseraPlatform"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
-
-
-class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
-        self.resources: list[MockResourceArgs] = []
-
-    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        self.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
-
-
-class RecordingMonitor(MockMonitor):
-    """Also records parents and dependencies of every registration."""
-
-    def __init__(self, mocks: RecordingMocks) -> None:
-        super().__init__(mocks)
-        self.parents: dict[str, str] = {}
-        self.deps: dict[str, list[str]] = {}
-        self.names: dict[str, str] = {}
-        self.ignore_changes: dict[str, list[str]] = {}
-
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
-        self.parents[response.urn] = request.parent
-        self.deps[response.urn] = list(request.dependencies)
-        self.names[request.name] = response.urn
-        self.ignore_changes[request.name] = list(request.ignoreChanges)
-        return response
 
 
 @dataclass
@@ -74,15 +46,17 @@ class Declared:
         return {by_urn[u] for u in urns if u in by_urn}
 
 
-def declare(config: StackConfig) -> Declared:
-    mocks = RecordingMocks()
-    monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project="tessera", stack="test", preview=False, monitor=monitor)
+# the engine's config values: prod's Grafana admin password (monitoring.kubePrometheusStack.grafana.adminPasswordSecret)
+SECRETS: Final = {"tessera:grafanaAdminPassword": "test-only-password"}
+
+
+def declare(config: StackConfig, secrets: dict[str, str] | None = None) -> Declared:
+    mocks, monitor = start_mocks()
 
     @pulumi.runtime.test
     def run() -> None:
         provider = k8s.Provider("kubeconfig-provider", kubeconfig="apiVersion: v1\nkind: Config\n")
-        TesseraPlatform("p", config, opts=pulumi.ResourceOptions(provider=provider))
+        TesseraPlatform("p", config, opts=pulumi.ResourceOptions(provider=provider), secrets=SECRETS if secrets is None else secrets)
 
     run()
     return Declared(list(mocks.resources), monitor)
@@ -103,7 +77,7 @@ def test_one_config_group_per_component_with_exactly_the_built_objects(declared:
     built = build_stack(config)
     groups = {r.name.removeprefix("p-"): r for r in d.of_type(CONFIG_GROUP)}
     assert set(groups) == set(built)
-    typed = [r.inputs for r in d.of_type(SECRET) + d.of_type(MUTATING_WEBHOOK_CONFIGURATION)]
+    typed = [r.inputs for r in d.of_type(SECRET) + d.of_type(MUTATING_WEBHOOK_CONFIGURATION) if r.name != "p-grafana-admin"]
     for component, objects in built.items():
         declared_objects = groups[component].inputs["objs"] + (typed if component == "webhook" else [])
         # nothing lost or changed on the way into Pulumi (the typed ones field by field)
@@ -113,7 +87,7 @@ def test_one_config_group_per_component_with_exactly_the_built_objects(declared:
 def test_runtime_written_webhook_fields_are_ignored_by_pulumi(declared: tuple[StackConfig, Declared]) -> None:
     """The webhook fills its Secret's data and the caBundle; an update must not clear them."""
     config, d = declared
-    secrets, configurations = d.of_type(SECRET), d.of_type(MUTATING_WEBHOOK_CONFIGURATION)
+    secrets, configurations = [s for s in d.of_type(SECRET) if s.name == "p-webhook-tls"], d.of_type(MUTATING_WEBHOOK_CONFIGURATION)
     if "webhook" not in build_stack(config):
         assert secrets == [] and configurations == []
         return
@@ -194,7 +168,7 @@ def test_gpu_operator_chart_only_when_a_pool_needs_it_with_the_stack_values(decl
 
 def test_prod_declares_the_gpu_operator_and_prometheus_adapter_charts() -> None:
     d = declare(_stack("prod"))
-    assert sorted(c.name for c in d.of_type(CHART)) == ["p-gpu-operator", "p-prometheus-adapter"]
+    assert sorted(c.name for c in d.of_type(CHART)) == ["p-gpu-operator", "p-kube-prometheus-stack", "p-prometheus-adapter"]
 
 
 def test_groups_wait_for_the_platform_namespace(declared: tuple[StackConfig, Declared]) -> None:
@@ -224,7 +198,7 @@ def _objects_in(d: Declared, group: str) -> list[dict[str, Any]]:
 def test_each_pool_gets_what_its_kind_needs_under_pulumi(declared: tuple[StackConfig, Declared]) -> None:
     import json
 
-    from tessera.contract import device_plugin_config_name, mig_config_name
+    from tessera.model.contract import device_plugin_config_name, mig_config_name
     from tessera.manifests.nvidia import DEVICE_PLUGIN_CONFIGMAP, MIG_PARTED_CONFIGMAP
 
     config, d = declared
@@ -251,3 +225,47 @@ def test_each_pool_gets_what_its_kind_needs_under_pulumi(declared: tuple[StackCo
             assert all(f"{mig_config_name(p.name)}:" in text for p in mig_pools)
             chart = d.named("p-gpu-operator")
             assert chart.inputs["values"]["migManager"]["enabled"] is True
+
+
+# --- monitoring: kube-prometheus-stack, Grafana's admin Secret, the monitoring group -------------
+
+
+def test_kube_prometheus_stack_chart_installs_with_its_admin_secret_before_gpu_operator() -> None:
+    config = _stack("prod")
+    d = declare(config)
+    kps = config.monitoring.kube_prometheus_stack
+    chart = d.named("p-kube-prometheus-stack")
+    assert (chart.inputs["chart"], chart.inputs["version"], chart.inputs["namespace"]) == ("kube-prometheus-stack", kps.chart_version, kps.namespace)
+    assert chart.inputs["name"] == kps.release_name
+    assert chart.inputs["values"]["grafana"]["admin"]["existingSecret"] == "tessera-grafana-admin"
+    secret = d.named("p-grafana-admin")
+    assert secret.inputs["metadata"]["namespace"] == kps.namespace
+    assert secret_value(secret.inputs["stringData"]) == {"admin-user": "admin", "admin-password": "test-only-password"}
+    # the namespace (platform) and the Secret exist before the chart; gpu-operator's dcgm-exporter
+    # ServiceMonitor needs the chart's CRDs; the monitoring objects need CRDs and targets
+    assert {"p-platform", "p-grafana-admin"} <= d.depends_on("p-kube-prometheus-stack")
+    assert "p-kube-prometheus-stack" in d.depends_on("p-gpu-operator")
+    assert {"p-kube-prometheus-stack", "p-extender", "p-node", "p-webhook", "p-gpu-operator"} <= d.depends_on("p-monitoring")
+    assert any(o["kind"] == "Namespace" and o["metadata"]["name"] == kps.namespace for o in _objects_in(d, "p-platform"))
+
+
+def test_a_missing_grafana_password_stops_the_program_with_the_command_that_sets_it() -> None:
+    with pytest.raises(Exception, match=r"tessera:grafanaAdminPassword is not set; run pulumi config set --secret tessera:grafanaAdminPassword"):
+        declare(_stack("prod"), secrets={})
+
+
+@pytest.mark.parametrize("mode", ["existing", "none"])
+def test_no_chart_and_no_admin_secret_without_mode_kube_prometheus_stack(mode: str) -> None:
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    monitoring = document["config"]["tessera:monitoring"]
+    monitoring["mode"] = mode
+    del monitoring["kubePrometheusStack"]
+    if mode == "none":
+        del monitoring["alerts"]
+    config = from_pulumi_mapping(stack_mapping(document))
+    d = declare(config, secrets={})
+    assert "p-kube-prometheus-stack" not in {c.name for c in d.of_type(CHART)}
+    assert "p-grafana-admin" not in {s.name for s in d.of_type(SECRET)}
+    kinds = {o["kind"] for o in _objects_in(d, "p-monitoring")} if mode == "existing" else set()
+    assert kinds == ({"ServiceMonitor", "PrometheusRule", "ConfigMap"} if mode == "existing" else set())
+    assert ("p-monitoring" in {g.name for g in d.of_type(CONFIG_GROUP)}) is (mode == "existing")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from components.config import load_stack_file
-from components.platform import webhook as typed
+from tessera.model import load_stack_file
+from tessera_pulumi.platform import webhook as typed
 from tessera.manifests.objects import KubeObject
 from tessera.manifests.webhook import build_webhook_objects
 

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from components.config import ClusterConfig
-from components.tke.cluster import _build_cluster_args, _build_endpoint_args, _build_network_spec, _max_services
+from tessera.model import ClusterConfig
+from tessera_pulumi.tke.cluster import _build_cluster_args, _build_endpoint_args, _build_network_spec, _max_services
 
 BASE: dict[str, Any] = {
     "provider": "tke",

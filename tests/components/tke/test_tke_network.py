@@ -5,7 +5,7 @@ import ipaddress
 
 import pytest
 
-from components.tke.network import (
+from tessera_pulumi.tke.network import (
     ANY_IPV4,
     NetworkSpec,
     SubnetSpec,

@@ -6,7 +6,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tessera.contract import ANNOTATION_APP_CLASS, Allocation, GpuShare
+from tessera.model.contract import ANNOTATION_APP_CLASS, Allocation, GpuShare
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.cgroups import CgroupDriver, CgroupVersion
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder

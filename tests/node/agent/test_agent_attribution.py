@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.attribution import ProcessAttributor, possible_owners
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.index import RegistryView

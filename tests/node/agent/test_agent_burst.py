@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from agent_world import World
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.burst import BurstController, slot_fractions
 from tessera_node.agent.registry import ContainerKey, ContainerName, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
 

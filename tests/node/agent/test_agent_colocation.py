@@ -8,7 +8,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.cgroups import CgroupDriver, CgroupVersion
 from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED, ColocationController
 from tessera_node.agent.registry import AppClass, ContainerKey, ContainerName, PodUid, PoolPolicy, RegisteredContainer

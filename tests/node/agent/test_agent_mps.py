@@ -5,7 +5,7 @@ from pathlib import Path
 
 from agent_world import World
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.mps import FakeProcessRunner, MpsLimits, MpsSupervisor, client_env, desired_limits
 from tessera_node.agent.registry import ContainerName, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
 

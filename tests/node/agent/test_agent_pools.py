@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from agent_world import NODE, World
 
-from tessera.contract import LABEL_MEMORY_ENFORCEMENT, LABEL_POOL
+from tessera.model.contract import LABEL_MEMORY_ENFORCEMENT, LABEL_POOL
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED
 from tessera_node.agent.pools import pool_policy_for_node
 from tessera_node.agent.registry import AppClass, ContainerRegistry, MemoryEnforcement, PoolPolicy, SharingPolicy

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tessera.contract import GpuShare
+from tessera.model.contract import GpuShare
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.registry import AppClass, ContainerName, ContainerRegistry, PodUid, PoolPolicy, RegisteredContainer
 from tessera_node.gpu.simulated import simulated_uuid

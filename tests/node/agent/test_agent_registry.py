@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.contract import ANNOTATION_APP_CLASS, Allocation, GpuShare
+from tessera.model.contract import ANNOTATION_APP_CLASS, Allocation, GpuShare
 from tessera_node.agent.registry import (
     AppClass,
     ContainerKey,

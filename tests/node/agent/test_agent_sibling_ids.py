@@ -13,7 +13,7 @@ import pytest
 from agent_world import NODE, World
 from test_agent_metrics import scrape
 
-from tessera.contract import LABEL_MEMORY_ENFORCEMENT, GpuShare
+from tessera.model.contract import LABEL_MEMORY_ENFORCEMENT, GpuShare
 from tessera.kube.api import KubeObject
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import GPU_CORE, LABEL_POOL, LABEL_POOL_KIND, LABEL_SHARING_POLICY
+from tessera.model.contract import GPU_CORE, LABEL_POOL, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.registry import ContainerRegistry
 from tessera_node.deviceplugin.eviction import EvictionSettings
 from tessera_node.deviceplugin.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
-from tessera_node.testing.binder import ExtenderStandIn
+from extender_stand_in import ExtenderStandIn
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
+from tessera_node.testing.kubelet_versions import KUBELET_1_30, KubeletVersion
 
 NODE = "gpu-node-1"
 POOL = "pool-a"
@@ -40,6 +41,8 @@ class Harness:
     sharing: str = "fixed-share"
     pools: dict[str, Any] | None = None  # the pools file's document; None = no pools file
     evict: bool = True
+    version: KubeletVersion = KUBELET_1_30  # the release our stacks pin
+    prefetch: bool = True  # the plugin's background List after each Allocate
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dp", dir="/tmp")))
 
     def __post_init__(self) -> None:
@@ -49,13 +52,13 @@ class Harness:
         self.backend = SimulatedBackend.from_spec(self.spec, node_seed=NODE)
         self.settings = replace(
             FAST, device_plugin_dir=self.root / "dp", pod_resources_socket=self.root / "pr" / "kubelet.sock", state_dir=self.root / "state",
-            eviction=replace(FAST.eviction, enabled=self.evict),
+            eviction=replace(FAST.eviction, enabled=self.evict), pod_resources_prefetch=self.prefetch,
         )
         if self.pools is not None:
             self.settings = replace(self.settings, pools_file=self.root / "pools.json")
             self.write_pools(self.pools)
         self.registry = ContainerRegistry(self.settings.state_dir)
-        self.kubelet = KubeletEmulator(self.settings.device_plugin_dir, self.settings.pod_resources_socket, self.kube).start()
+        self.kubelet = KubeletEmulator(self.settings.device_plugin_dir, self.settings.pod_resources_socket, self.kube, version=self.version).start()
         self.plugin: DevicePlugin | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.contract import GPU_CORE
+from tessera.model.contract import GPU_CORE
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.testing.kubelet_emulator import KubeletEmulator
 
@@ -25,16 +25,20 @@ def test_device_plugin_command_registers_serves_and_exits_cleanly_on_sigterm() -
     kubelet = KubeletEmulator(root / "dp", root / "pr" / "kubelet.sock", FakeKubeApi()).start()
     proc = subprocess.Popen(
         _cli("--simulate", "T4:1,A10:2", "--device-plugin-dir", str(root / "dp"), "--pod-resources-socket", str(root / "pr" / "kubelet.sock"),
-             "--state-dir", str(root / "state"), "--node-name", "cli-node", "--fake-kube"),
+             "--state-dir", str(root / "state"), "--node-name", "cli-node", "--fake-kube", "--metrics-port", "0"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert kubelet.wait_for(lambda: len(kubelet.devices(GPU_CORE)) == 300, 20.0), "the command did not register 3 GPUs"
         assert sorted({d.split("-")[0] for d in kubelet.devices(GPU_CORE)}) == ["gpu0", "gpu1", "gpu2"]
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=10)
         assert proc.returncode == 0, err
         assert not (root / "dp" / "tessera-gpu-core.sock").exists(), "socket left behind after shutdown"
+        assert out.splitlines() == [
+            f"ready: serving tessera.dev/gpu-core (300 devices on 3 GPUs: 2 x A10, 1 x T4) on {root / 'dp' / 'tessera-gpu-core.sock'}, "
+            f"registered with kubelet at {root / 'dp' / 'kubelet.sock'}; tessera.dev/gpu-memory {2 * 23028 + 15360} MiB published as node capacity"
+        ], "one ready line on stdout, naming the socket and what it serves"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -48,11 +52,44 @@ def test_device_plugin_command_registers_serves_and_exits_cleanly_on_sigterm() -
     [
         (["--simulate", "H100-80GB:zero", "--fake-kube", "--node-name", "n"], "bad GPU count"),
         (["--simulate", "T4"], "no node name"),
+        (["--pools-file", "{root}/missing.json"], "error: --pools-file {root}/missing.json: no such file"),
+        (["--pools-file", "{root}"], "error: --pools-file {root}: cannot read: Is a directory"),
+        (["--pools-file", "{root}/broken.json"], "error: --pools-file {root}/broken.json:2: not JSON: Expecting value"),
+        (["--pools-file", "{root}/list.json"], "error: --pools-file {root}/list.json: expected a JSON object of pool name -> pool settings, found list"),
+        (["--state-dir", "{root}/list.json/state"], "error: --state-dir {root}/list.json/state: Not a directory"),
     ],
+    ids=["bad spec", "no node", "pools file missing", "pools file is a directory", "pools file not JSON", "pools file not an object", "state dir unusable"],
 )
-def test_user_mistakes_get_a_message_not_a_traceback(args: list[str], message: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
-    result = subprocess.run(_cli(*args), capture_output=True, text=True, timeout=60, env=env)
+def test_user_mistakes_get_one_line_naming_the_path_not_a_traceback(args: list[str], message: str, tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text('{"pool-a":\n  ,}')
+    (tmp_path / "list.json").write_text("[]")
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "TESSERA_POOLS_FILE")} | {"TMPDIR": str(tmp_path)}
+    base = [] if "--simulate" in args else ["--simulate", "T4:1", "--fake-kube", "--node-name", "n"]
+    result = subprocess.run(_cli(*base, *(a.format(root=tmp_path) for a in args)), capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 2
-    assert message in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message.format(root=tmp_path) in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_demo_writes_only_under_the_temp_directory() -> None:
+    """`--simulate ... --fake-kube` as a normal user: kubelet's and the agent's directories move
+    under $TMPDIR/tessera-<node>/ unless given."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="dpdemo", dir="/tmp"))  # short: unix socket paths end at 107 bytes
+    root = tmp_path / "tessera-demo"
+    kubelet = KubeletEmulator(root / "device-plugins", root / "pod-resources" / "kubelet.sock", FakeKubeApi()).start()
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "TESSERA_POOLS_FILE")} | {"TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(_cli("--simulate", "T4:1", "--fake-kube", "--node-name", "demo"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert kubelet.wait_for(lambda: len(kubelet.devices(GPU_CORE)) == 100, 20.0), "the demo did not register with a kubelet in the temp directory"
+        assert (root / "agent").is_dir(), "the registry lives under the temp directory"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+        assert out.startswith(f"ready: serving tessera.dev/gpu-core (100 devices on 1 GPU: 1 x T4) on {root / 'device-plugins' / 'tessera-gpu-core.sock'}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        kubelet.stop()
+        shutil.rmtree(tmp_path, ignore_errors=True)

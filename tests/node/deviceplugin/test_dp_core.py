@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tessera.contract import ALLOCATION_ENV_KEYS, NodeGpu
+from tessera.model.contract import ALLOCATION_ENV_KEYS, NodeGpu
 from tessera_node.deviceplugin.core import (
     AllocateSettings,
     Health,

@@ -13,7 +13,7 @@ import pytest
 from dp_harness import NODE, Harness, wait_until
 
 from tessera.cli.main import build_parser
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_GPU_INDEX_PREFIX,
     GPU_CORE,

@@ -15,7 +15,7 @@ from dp_harness import Harness, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.contract import ANNOTATION_ALLOCATION, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, Allocation
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera_node.testing.kubelet_emulator import StartFailed
 

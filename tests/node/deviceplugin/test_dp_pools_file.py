@@ -20,7 +20,7 @@ import grpc
 import pytest
 from dp_harness import POOL, Harness
 
-from tessera.contract import GPU_CORE, MPS_ROOT
+from tessera.model.contract import GPU_CORE, MPS_ROOT
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -77,6 +77,28 @@ def test_an_edit_of_the_pools_file_reaches_the_running_plugin_at_the_next_contai
         after = _run(h, "after")  # straight away: Allocate looks at the file, not only the node poll
         assert after.env["TESSERA_SHARING_POLICY"] == "best-effort" and not _uses_mps(after)
         assert len(h.kubelet.registrations) == registrations, "no restart, no re-registration"
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("breakage", ["removed", "not JSON", "not an object"])
+def test_a_pools_file_that_goes_bad_keeps_the_policy_it_last_said_and_says_why_once(breakage: str, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(sharing="best-effort", pools={POOL: _pool("fixed-share")})
+    try:
+        h.start_plugin()
+        assert _uses_mps(_run(h, "before"))
+        assert h.settings.pools_file is not None
+        if breakage == "removed":
+            h.settings.pools_file.unlink()
+        else:
+            h.settings.pools_file.write_text("{half" if breakage == "not JSON" else "[]")
+        for i in range(3):
+            view = _run(h, f"after{i}")
+            assert view.env["TESSERA_SHARING_POLICY"] == "fixed-share", "a file that cannot be read must not switch the policy to the labels'"
+        warnings = [r.getMessage() for r in caplog.records if "cannot use the pools file" in r.getMessage()]
+        assert len(warnings) == 1 and str(h.settings.pools_file) in warnings[0], warnings
+        h.write_pools({POOL: _pool("best-effort")})  # fixed: its policy applies again
+        assert _run(h, "fixed").env["TESSERA_SHARING_POLICY"] == "best-effort"
     finally:
         h.close()
 

@@ -6,7 +6,7 @@ from typing import NoReturn
 import grpc
 import pytest
 
-from tessera.contract import NodeGpu
+from tessera.model.contract import NodeGpu
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.server import DevicePluginServicer, PluginState

@@ -25,7 +25,7 @@ from tessera.alloc.assign import assign, capacity_of, certain_failure, gpu_binpa
 from tessera.alloc.frag_policy import FgdPolicy, FragmentationAwarePolicy
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
 from tessera.alloc.policy import Policy
-from tessera.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU
+from tessera.model.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU
 
 CACHEABLE = [p for p in PlacementPolicy if p is not PlacementPolicy.RANDOM]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.alloc import Cluster, ContainerRequest, GpuState, NodeState, PlacementPolicy, PodRequest, PodUid
-from tessera.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU
+from tessera.model.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU
 
 
 def _node(gpus: int, cap: str | None, placement: str = "binpack") -> NodeState:

@@ -21,7 +21,7 @@ from tessera.alloc import (
     ReserveConflict,
     pod_request_from_k8s,
 )
-from tessera.contract import GPU_CORE, GPU_MEMORY
+from tessera.model.contract import GPU_CORE, GPU_MEMORY
 
 
 @pytest.mark.parametrize(

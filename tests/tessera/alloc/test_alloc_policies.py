@@ -17,7 +17,7 @@ from tessera.alloc import (
     static_snapshot,
 )
 from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy
-from tessera.contract import LABEL_GPU_PLACEMENT, AppClass
+from tessera.model.contract import LABEL_GPU_PLACEMENT, AppClass
 
 
 def node(name: str, gpus: int = 2, *, memory: int = 16384, labels: dict[str, str] | None = None, model: str = "T4") -> NodeState:

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "inspect"))
 
 from inspect_fixtures import CLUSTER_DUMP, dump_api, shared_node  # noqa: E402
-from tessera_node.testing.binder import ExtenderStandIn  # noqa: E402
+from extender_stand_in import ExtenderStandIn  # noqa: E402
 
 from tessera.cli.main import main  # noqa: E402
 from tessera.kube.fake import FakeKubeApi  # noqa: E402
@@ -85,7 +85,7 @@ def test_filters(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
         (["--from", DUMP, "--node", "zz"], f"error: no GPU node named 'zz' in file {DUMP} (GPU nodes: a10-1, a10-2, a100-mig-1, t4-1)"),
         (["--from", DUMP, "--pool", "a10"], f"error: no pool named 'a10' in file {DUMP} (pools: a10-shared, a100-mig, t4-exclusive)"),
         (["--from", DUMP, "--context", "prod"], "error: --kubeconfig/--context read a live cluster; drop them to inspect a --from dump"),
-        (["--from", "README.md"], "error: README.md: not JSON or YAML ("),
+        (["--from", "docs/figures/packing-default-fgd.png"], "error: docs/figures/packing-default-fgd.png:1: not UTF-8 text (byte 0x89); expected the output of `kubectl get nodes,pods -A -o json`"),
         (["--kubeconfig", "no-such-kubeconfig"], "error: cannot load Kubernetes configuration: "),
     ],
     ids=["missing dump", "unknown node", "unknown pool", "context with a dump", "not a dump", "missing kubeconfig"],

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tessera.contract import ENV_POOLS_FILE, GPU_CORE
+from tessera.model.contract import ENV_POOLS_FILE, GPU_CORE
 from tessera.scheduler.simulate import SIMULATED_POOL
 
 NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nnode-a,32000,131072,1,T4\n"

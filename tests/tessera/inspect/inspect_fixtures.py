@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tessera.contract import (
+from tessera.model.contract import (
     ANNOTATION_APP_CLASS,
     ANNOTATION_NODE_GPUS,
     GPU_CORE,

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from inspect_fixtures import T4_MIB, gpu_pod, nvidia_pod, record, shared_node, whole_node
 
-from tessera.contract import LABEL_POOL, NVIDIA_GPU
+from tessera.model.contract import LABEL_POOL, NVIDIA_GPU
 from tessera.inspect import FilterError, Inspection, Reason, build, select
 from tessera.inspect.build import node_status
 from tessera.inspect.views import ResourceUse, SharedNode

@@ -16,7 +16,7 @@ from inspect_fixtures import dump_api  # noqa: E402
 
 from tessera.alloc import MILLI_PER_CORE  # noqa: E402
 from tessera.cli.main import main  # noqa: E402
-from tessera.contract import LABEL_POOL  # noqa: E402
+from tessera.model.contract import LABEL_POOL  # noqa: E402
 from tessera.kube.fake import FakeKubeApi  # noqa: E402
 
 PODS: list[tuple[str, tuple[tuple[str, int, int | None], ...]]] = [

@@ -11,7 +11,7 @@ import pytest
 from inspect_fixtures import CLUSTER_DUMP, T4_MIB, gpu_pod, record, shared_node, whole_node
 
 from tessera.cli.main import main
-from tessera.contract import NVIDIA_GPU
+from tessera.model.contract import NVIDIA_GPU
 from tessera.inspect import Reason, build, load_files, render_json, render_table, to_document
 
 ROOT = Path(__file__).resolve().parents[3]

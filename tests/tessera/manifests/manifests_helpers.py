@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.config import StackConfig, load_stack_file
+from tessera.model import StackConfig, load_stack_file
 from tessera.manifests.objects import KubeObject
 from tessera.manifests.settings import platform_settings
 from tessera.manifests.stack import build_stack

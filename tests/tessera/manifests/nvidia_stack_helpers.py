@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from components.config import StackConfig
+from tessera.model import StackConfig
 from tessera.manifests.objects import KubeObject
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.model.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.manifests import extender, network, node, platform, scheduler
 from tessera.manifests.objects import KubeObject, object_id
 from tessera.manifests.settings import PlatformSettings, SchedulerSettings, SharedPool

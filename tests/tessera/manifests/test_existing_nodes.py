@@ -6,7 +6,7 @@ import subprocess
 
 from manifests_helpers import build
 
-from components.tke.labels_taints import _build_pool_labels
+from tessera.model.labels_taints import pool_labels
 from tessera.manifests.existing_nodes import label_script
 
 
@@ -25,6 +25,6 @@ def test_existing_stack_script_labels_and_taints_every_pool_by_its_selector() ->
     for pool in built.config.node_pools:
         selector = ",".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
         label = next(c for c in commands if c[:2] == ["kubectl", "label"] and c[4] == selector)
-        assert dict(arg.split("=", 1) for arg in label[6:]) == _build_pool_labels(pool)  # type: ignore[arg-type]
+        assert dict(arg.split("=", 1) for arg in label[6:]) == pool_labels(pool)  # type: ignore[arg-type]
         taint = next(c for c in commands if c[:2] == ["kubectl", "taint"] and c[4] == selector)
         assert taint[-1] == f"tessera.dev/gpu={pool.kind}:NoSchedule"

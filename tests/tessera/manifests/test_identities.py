@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from manifests_helpers import STACK_NAMES, BuiltStack, build
 
-from components.config import StackConfig
+from tessera.model import StackConfig
 from tessera.manifests.objects import KubeObject
 from tessera.manifests.stack import build_stack, helm_releases
 

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from nvidia_stack_helpers import configmap_yaml, find, pool, stack, validate_all
 
-from components.config import StackConfig
-from tessera import contract
+from tessera.model import StackConfig
+from tessera.model import contract
 from tessera.manifests.nvidia import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,
@@ -134,7 +134,10 @@ def test_operator_values_per_pool_mix(pools: tuple[dict[str, Any], ...], strateg
 
 
 def test_chart_coordinates_and_monitoring() -> None:
-    config = stack(WHOLE, gpuOperator={"chartVersion": "v24.9.2", "namespace": "gpu-op"}, monitoring={"serviceMonitors": True, "scrapeIntervalSeconds": 15})
+    config = stack(
+        WHOLE, gpuOperator={"chartVersion": "v24.9.2", "namespace": "gpu-op"},
+        monitoring={"mode": "existing", "selectorLabels": {"release": "prom"}, "scrapeIntervalSeconds": 15},
+    )
     chart = gpu_operator_chart(config)
     assert chart is not None
     assert (chart.repo, chart.chart, chart.version, chart.namespace, chart.release_name) == (
@@ -144,7 +147,22 @@ def test_chart_coordinates_and_monitoring() -> None:
         "gpu-op",
         "gpu-operator",
     )
-    assert chart.values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": True, "interval": "15s"}}
+    # dcgm-exporter's own namespace/pod/container labels (the pod holding the GPU) are kept, and the
+    # existing Prometheus selects the operator's ServiceMonitor by the stack's selector labels
+    service_monitor = {"enabled": True, "interval": "15s", "honorLabels": True, "additionalLabels": {"release": "prom"}}
+    assert chart.values["dcgmExporter"] == {"enabled": True, "serviceMonitor": service_monitor}
+
+
+@pytest.mark.parametrize("mode", ["none", "existing", "kube-prometheus-stack"])
+def test_dcgm_exporter_service_monitor_only_where_a_prometheus_operator_is(mode: str) -> None:
+    monitoring: dict[str, Any] = {"mode": mode}
+    if mode == "kube-prometheus-stack":
+        monitoring["kubePrometheusStack"] = {"grafana": {"enabled": False}}
+    chart = gpu_operator_chart(stack(WHOLE, monitoring=monitoring))
+    assert chart is not None
+    service_monitor = chart.values["dcgmExporter"]["serviceMonitor"]
+    assert service_monitor["enabled"] is (mode != "none")
+    assert service_monitor["additionalLabels"] == ({"release": "kube-prometheus-stack"} if mode == "kube-prometheus-stack" else {})
 
 
 @pytest.mark.parametrize(

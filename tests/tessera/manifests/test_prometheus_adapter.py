@@ -6,7 +6,8 @@ import pytest
 import yaml
 from manifests_helpers import ROOT, build
 
-from components.config import StackConfig, load_stack_file
+from tessera.model import StackConfig, load_stack_file
+from tessera.model.loader import from_pulumi_mapping, stack_mapping
 from tessera.manifests.prometheus_adapter import QUEUE_METRIC, prometheus_adapter_chart, queue_time_rule, split_prometheus_url
 from tessera.manifests.render import render_files
 from tessera.manifests.stack import helm_releases, prometheus_adapter_release
@@ -52,7 +53,17 @@ def test_release_uses_the_configured_prometheus_version_and_tessera_namespace() 
     assert release.values["prometheus"]["url"] == "http://kube-prometheus-stack-prometheus.monitoring.svc"
     # only our rule: no generic rules, no resource metrics (metrics.k8s.io stays metrics-server's)
     assert release.values["rules"] == {"default": False, "custom": [queue_time_rule()]}
-    assert list(helm_releases(config)) == ["gpu-operator", "prometheus-adapter"]
+    # prod runs kube-prometheus-stack, installed first (its CRDs before gpu-operator's ServiceMonitor)
+    assert list(helm_releases(config)) == ["kube-prometheus-stack", "gpu-operator", "prometheus-adapter"]
+
+
+@pytest.mark.parametrize(("namespace", "url"), [("monitoring", "http://prometheus-operated.monitoring.svc"), ("observability", "http://prometheus-operated.observability.svc")])
+def test_with_kube_prometheus_stack_the_adapter_queries_its_prometheus_unless_told_otherwise(namespace: str, url: str) -> None:
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    document["config"]["tessera:monitoring"]["kubePrometheusStack"]["namespace"] = namespace
+    config = from_pulumi_mapping(stack_mapping(document))
+    release = prometheus_adapter_release(config)
+    assert release is not None and release.values["prometheus"] == {"url": url, "port": 9090, "path": ""}
 
 
 def test_queue_time_rule_divides_queue_time_rate_by_success_rate_per_pod() -> None:

@@ -12,6 +12,7 @@ import yaml
 from manifests_helpers import ROOT, STACK_NAMES, build
 
 from tessera.manifests.render import render_files
+from tessera.manifests.render_dir import INDEX_FILE
 
 
 def _render(stack_file: Path, out: Path, hash_seed: str = "0") -> subprocess.CompletedProcess[str]:
@@ -34,7 +35,7 @@ def test_prod_renders_identical_bytes_twice_whatever_the_hash_seed(tmp_path: Pat
     assert a == b
     # one file per component in apply order, and the gpu-operator release beside them
     components = build("prod").components
-    assert [n for n in a if "/" not in n] == [f"{i:02d}-{c}.yaml" for i, c in _numbered(components)]
+    assert [n for n in a if "/" not in n and n != INDEX_FILE] == [f"{i:02d}-{c}.yaml" for i, c in _numbered(components)]
     assert {"gpu-operator/values.yaml", "gpu-operator/release.yaml", "prometheus-adapter/values.yaml", "prometheus-adapter/release.yaml"} <= set(a)
 
 
@@ -54,17 +55,88 @@ def test_rendered_files_hold_exactly_the_built_objects(name: str) -> None:
         assert list(yaml.safe_load_all(text)) == objects
 
 
-def test_stale_component_files_are_removed_and_other_files_kept(tmp_path: Path) -> None:
+def _rendered(name: str) -> set[str]:
+    built = build(name)
+    return set(render_files(built.config, built.path.name))
+
+
+def _index(out: Path) -> list[str]:
+    return [line for line in (out / INDEX_FILE).read_text().splitlines() if not line.startswith("#")]
+
+
+def test_prod_then_dev_into_one_directory_leaves_no_prod_file_and_every_user_file(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _render(ROOT / "stacks" / "Pulumi.prod.yaml", out).returncode == 0
+    prod, dev = _rendered("prod"), _rendered("dev")
+    prod_only = prod - dev
+    assert prod_only and {n.split("/")[0] for n in prod_only if "/" in n}, "prod must render files and a folder dev does not"
+    # the user's files: beside the components, with a component-like name, and inside a release folder render empties
+    mine = {"kustomization.yaml": "resources: []\n", "99-extra.yaml": "kind: Mine\n"}
+    release_dir = next(n.split("/")[0] for n in sorted(prod_only) if "/" in n)
+    mine[f"{release_dir}/NOTES.txt"] = "mine\n"
+    for name, text in mine.items():
+        (out / name).write_text(text)
+
+    result = _render(ROOT / "stacks" / "Pulumi.dev.yaml", out)
+    assert result.returncode == 0, result.stderr
+    tree = _tree(out)
+    assert set(tree) == dev | set(mine) | {INDEX_FILE}
+    assert all(tree[name].decode() == text for name, text in mine.items())
+    assert sorted(_index(out)) == sorted(dev)
+    for name in prod_only:
+        assert f"removed {out / name} " in result.stderr
+
+
+def test_a_folder_only_prod_needs_is_removed_when_empty(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _render(ROOT / "stacks" / "Pulumi.prod.yaml", out).returncode == 0
+    prod, dev = _rendered("prod"), _rendered("dev")
+    folders = {n.split("/")[0] for n in prod if "/" in n} - {n.split("/")[0] for n in dev if "/" in n}
+    assert folders
+    result = _render(ROOT / "stacks" / "Pulumi.dev.yaml", out)
+    assert result.returncode == 0, result.stderr
+    assert not any((out / folder).exists() for folder in folders)
+    assert all(f"removed {out / folder}/ " in result.stderr for folder in folders)
+
+
+def test_a_user_file_where_render_writes_is_never_overwritten(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    (out / "09-gone.yaml").write_text("kind: Stale\n")
-    (out / "kustomization.yaml").write_text("resources: []\n")
+    first = sorted(n for n in _rendered("local") if "/" not in n)[0]
+    (out / first).write_text("kind: MyOwn\n")
+    result = _render(ROOT / "stacks" / "Pulumi.local.yaml", out)
+    assert result.returncode == 1
+    assert result.stderr == f"{out / first}: not written by tessera render; move it away or render into another directory\n"
+    assert (out / first).read_text() == "kind: MyOwn\n"
+    assert sorted(p.name for p in out.iterdir()) == [first]  # nothing written
+
+
+def test_a_directory_rendered_before_the_index_existed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "09-gone.yaml").write_text("# Rendered by `tessera render` from Pulumi.old.yaml: component gone. Do not edit.\nkind: Stale\n")
+    (out / "09-mine.yaml").write_text("kind: Mine\n")
     result = _render(ROOT / "stacks" / "Pulumi.local.yaml", out)
     assert result.returncode == 0, result.stderr
     names = set(_tree(out))
-    assert "09-gone.yaml" not in names
-    assert "kustomization.yaml" in names
+    assert "09-gone.yaml" not in names and "09-mine.yaml" in names
     assert not any(n.startswith("gpu-operator/") for n in names)  # local has no NVIDIA pools
+
+
+@pytest.mark.parametrize("entry", ["../outside.txt", "/ABS", "sub/../../outside.txt", "./x", "link/victim.txt"])
+def test_a_hand_edited_index_never_deletes_outside_the_directory(tmp_path: Path, entry: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "victim.txt").write_text("keep\n")
+    (out / "link").symlink_to(elsewhere)
+    (out / INDEX_FILE).write_text(entry.replace("/ABS", str(outside)) + "\n")
+    result = _render(ROOT / "stacks" / "Pulumi.local.yaml", out)
+    assert result.returncode == 0, result.stderr
+    assert outside.read_text() == "keep\n" and (elsewhere / "victim.txt").read_text() == "keep\n"
 
 
 def test_invalid_stack_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from manifests_helpers import ROOT
 
-from components.config import load_stack_file
-from tessera.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
+from tessera.model import load_stack_file
+from tessera.model.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.manifests.objects import KubeObject, object_id
 from tessera.manifests.render import render_files
 from tessera.manifests.stack import build_stack, gpu_operator_release

@@ -7,7 +7,7 @@ import celpy
 import pytest
 from nvidia_stack_helpers import find, pool, stack, validate_all, validate_all_for
 
-from tessera import contract
+from tessera.model import contract
 from tessera.cli.main import build_parser
 from tessera.manifests.repartition import NAME, build_repartition_objects, cronjob_name
 from tessera.repartition import LABEL_MIG_CONFIG_STATE, load_plan

@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tessera.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, SCHEDULER_NAME
+from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, GPU_CORE, GPU_MEMORY, SCHEDULER_NAME
 from tessera.manifests import scheduler
 
 from manifests_helpers import BuiltStack
@@ -16,6 +16,7 @@ from manifests_helpers import BuiltStack
 # Custom resources have no schema in kubernetes-validate; each skip names why it is still safe.
 SKIPPED_KINDS: Final = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "prometheus-operator CRD; the fields used are checked in test_monitoring",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheus-operator CRD; the fields used are checked in test_monitoring, the rules by promtool",
     ("nvidia.com/v1", "ClusterPolicy"): "gpu-operator CRD, created by its Helm chart from validated values",
 }
 # Fields of the kube-scheduler Extender type (kubescheduler.config.k8s.io/v1, pkg/scheduler/apis/config/v1).
@@ -78,9 +79,16 @@ def test_kube_scheduler_configuration_wires_the_extender(stack: BuiltStack) -> N
     assert [p["schedulerName"] for p in cfg["profiles"]] == [SCHEDULER_NAME]
     (ext,) = cfg["extenders"]
     assert set(ext) <= EXTENDER_FIELDS
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    # without preemptVerb kube-scheduler never calls /preempt and evicts by a node-wide gpu-core sum
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"]) == ("filter", "prioritize", "bind", "preempt")
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["enableHTTPS"] is False
     assert ext["weight"] == stack.config.scheduler.weight
+    assert ext["httpTimeout"] == scheduler.go_duration(stack.config.scheduler.http_timeout_seconds)
+    # the extender stops deciding /preempt well before kube-scheduler stops waiting for it
+    deployment = stack.find("Deployment", EXTENDER_SERVICE)
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    budget = float(command[command.index("--preempt-budget") + 1])
+    assert 0 < budget <= 0.5 * stack.config.scheduler.http_timeout_seconds
     assert ext["managedResources"] == [
         {"name": GPU_CORE, "ignoredByScheduler": False},
         {"name": GPU_MEMORY, "ignoredByScheduler": False},

@@ -8,8 +8,8 @@ import celpy
 import pytest
 from nvidia_stack_helpers import find, pool, stack, validate_all, validate_all_for
 
-from components.config import StackConfig
-from tessera import contract
+from tessera.model import StackConfig
+from tessera.model import contract
 from tessera.cli.main import build_parser
 from tessera.manifests.webhook import HOOK_NAME, NAME, QGPU_HOOK_NAME, TLS_SECRET, build_webhook_objects
 from tessera.webhook.settings import WebhookSettings
@@ -103,6 +103,13 @@ def test_settings_configmap_lists_shared_and_opted_in_pools() -> None:
     assert settings.shared_pools == {"frac", "frac-b"}
     assert settings.qgpu_alias_pools == {"frac"}
     assert settings.tls is not None and settings.tls.dns_names()[2] == f"{NAME}.{contract.TESSERA_NAMESPACE}.svc"
+
+
+def test_settings_carry_the_stack_gpu_quotas_for_quota_admission() -> None:
+    quotas = [{"namespace": "team-a", "gpuCore": 200, "gpuMemoryMiB": 16384}, {"namespace": "team-b", "nvidiaGpu": 2}]
+    data = find(build_webhook_objects(_config(quotas=quotas)), "ConfigMap", NAME)["data"]["webhook.json"]
+    assert json.loads(data)["quotas"] == {"team-a": {contract.GPU_CORE: 200, contract.GPU_MEMORY: 16384}}  # team-b: no tessera.dev/* limit
+    assert WebhookSettings.from_json(json.loads(data)).quotas == {"team-a": {contract.GPU_CORE: 200, contract.GPU_MEMORY: 16384}}
 
 
 def test_deployment_command_parses_and_settings_change_rolls_the_pods() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from manifests_helpers import BuiltStack
 
-from components.tke import labels_taints
+from tessera.model import labels_taints
 from tessera.cli.main import build_parser
-from tessera.contract import LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, LABEL_POOL_KIND, TAINT_GPU
+from tessera.model.contract import LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, LABEL_POOL_KIND, TAINT_GPU
 from tessera.manifests import extender, node
 
 
@@ -50,7 +50,7 @@ def test_tessera_node_daemonset_runs_only_on_shared_pools(stack: BuiltStack) -> 
 
 def test_only_shared_pools_carry_the_tessera_selector_and_lose_nvidias_plugin(stack: BuiltStack) -> None:
     for pool in stack.config.node_pools:
-        labels = labels_taints._build_pool_labels(pool)  # type: ignore[arg-type]
+        labels = labels_taints.pool_labels(pool)  # type: ignore[arg-type]
         selected_by_tessera = labels.get(LABEL_POOL_KIND) == "shared"
         nvidia_plugin_off = labels.get(LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY) == "false"
         assert selected_by_tessera is (pool.kind == "shared"), pool.name

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, Allocation
 from tessera.kube.fake import FakeKubeApi
-from tessera.scheduler.allocation_record import configmap_name
+from tessera.model.allocation_record import configmap_name
 
 _TERMINAL = ("Succeeded", "Failed")
 

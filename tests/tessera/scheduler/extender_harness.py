@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kube_scheduler_emulator import ExtenderClient, KubeSchedulerEmulator
+import yaml
+from kube_scheduler_emulator import ExtenderClient, ExtenderEntry, KubeSchedulerEmulator
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_GPU_PLACEMENT, LABEL_POOL_KIND, NodeGpu
+from tessera.model.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_GPU_PLACEMENT, LABEL_POOL_KIND, NodeGpu
 from tessera.kube.api import KubeObject
 from tessera.kube.fake import FakeKubeApi
+from tessera.manifests.scheduler import scheduler_configuration
+from tessera.manifests.scheduler_doc import default_settings
 from tessera.scheduler.http_server import ServerSettings
 from tessera.scheduler.service import ExtenderConfig, ExtenderService
 from tessera.scheduler.state import StateSettings
@@ -40,8 +44,14 @@ def node_manifest(
         labels[LABEL_GPU_PLACEMENT] = placement
     return {
         "metadata": {"name": name, "labels": labels, "annotations": {ANNOTATION_NODE_GPUS: json.dumps(inventory)}},
-        "status": {"allocatable": {"cpu": "64", "memory": "256Gi"}},
+        # what the device plugin (100 gpu-core devices per GPU) and its memory publisher advertise
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", GPU_CORE: str(100 * gpus), GPU_MEMORY: str(memory_mib * gpus)}},
     }
+
+
+def rendered_scheduler_config() -> str:
+    """The KubeSchedulerConfiguration the manifests render (the ConfigMap's config.yaml)."""
+    return yaml.safe_dump(scheduler_configuration(default_settings()), sort_keys=True)
 
 
 def pod_manifest(name: str, *containers: tuple[str, int, int | None], annotations: dict[str, str] | None = None) -> KubeObject:
@@ -98,8 +108,17 @@ class Harness:
         self.clients.append(client)
         return client
 
-    def scheduler(self, service: ExtenderService, **kwargs: Any) -> KubeSchedulerEmulator:
-        return KubeSchedulerEmulator(self.client(service), self.api, **kwargs)
+    def scheduler(
+        self, service: ExtenderService, *, config: str | None = None, node_cache_capable: bool | None = None, **kwargs: Any
+    ) -> KubeSchedulerEmulator:
+        """kube-scheduler configured by `config` (default: the rendered configuration);
+        `node_cache_capable` overrides that one field (to drive the full-object forms)."""
+        entry = ExtenderEntry.from_config(config or rendered_scheduler_config())
+        if node_cache_capable is not None:
+            entry = replace(entry, node_cache_capable=node_cache_capable)
+        client = ExtenderClient("127.0.0.1", service.port, timeout_s=entry.http_timeout_s)
+        self.clients.append(client)
+        return KubeSchedulerEmulator(client, self.api, entry, **kwargs)
 
     def close(self) -> None:
         for client in self.clients:

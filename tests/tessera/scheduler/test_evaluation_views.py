@@ -10,7 +10,7 @@ from extender_harness import node_manifest, pod_manifest
 
 from tessera.alloc import Cluster, FitFailure, PlacementPolicy, PodRequest, pod_request_from_k8s
 from tessera.alloc.model import PodUid
-from tessera.contract import ANNOTATION_NODE_GPUS
+from tessera.model.contract import ANNOTATION_NODE_GPUS
 from tessera.scheduler.state import SchedulerState, StateSettings
 
 NODES = ["n0", "n1", "n2"]

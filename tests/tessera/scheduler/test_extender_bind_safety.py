@@ -11,7 +11,7 @@ from audit import audit
 from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_until
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ANNOTATION_ALLOCATION, ANNOTATION_ASSUME_TIME, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_ASSUME_TIME, Allocation
 from tessera.kube.api import KubeApiError, KubeObject
 from tessera.kube.fake import FakeKubeApi
 from tessera.scheduler.service import ExtenderService

@@ -16,7 +16,7 @@ from extender_harness import Harness, node_manifest, pod_manifest, wait_until
 from kube_scheduler_emulator import ExtenderClient
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ANNOTATION_NODE_GPUS, LABEL_MAX_SHARES_PER_GPU
+from tessera.model.contract import ANNOTATION_NODE_GPUS, LABEL_MAX_SHARES_PER_GPU
 from tessera.kube.api import KubeObject
 
 GPU_FULL = "tessera: not enough free GPU compute or GPU memory"

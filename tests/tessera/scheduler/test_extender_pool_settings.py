@@ -9,9 +9,9 @@ import pytest
 from extender_harness import GIB, Harness, node_manifest, pod_manifest
 from kube_scheduler_emulator import KubeSchedulerEmulator
 
-from tessera.contract import ANNOTATION_ALLOCATION, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL, LABEL_SHARING_POLICY, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL, LABEL_SHARING_POLICY, Allocation
 from tessera.kube.fake import FakeKubeApi
-from tessera.scheduler.allocation_record import MPS_ENV_KEYS
+from tessera.model.allocation_record import MPS_ENV_KEYS
 
 POOL = "t4-shared"
 

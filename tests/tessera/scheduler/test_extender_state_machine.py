@@ -11,7 +11,7 @@ from extender_harness import GIB, Harness, node_manifest, pod_manifest, wait_unt
 from test_extender_bind_safety import FlakyBindApi
 
 from tessera.alloc import PlacementPolicy
-from tessera.contract import ANNOTATION_ALLOCATION
+from tessera.model.contract import ANNOTATION_ALLOCATION
 from tessera.scheduler.service import ExtenderService
 
 GPU_MEMORY = 16 * GIB

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from extender_harness import Harness, node_manifest, pod_manifest, wait_until
 
-from tessera.contract import ANNOTATION_NODE_GPUS, LABEL_POOL_KIND
+from tessera.model.contract import ANNOTATION_NODE_GPUS, LABEL_POOL_KIND
 from tessera.kube.api import KubeApiError, WatchEvent
 from tessera.kube.fake import FakeKubeApi
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.contract import LABEL_GPU_PLACEMENT, LABEL_LAYOUT, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL
+from tessera.model.contract import LABEL_GPU_PLACEMENT, LABEL_LAYOUT, LABEL_MAX_SHARES_PER_GPU, LABEL_POOL
 from tessera.scheduler.pool_settings import PoolSettings
 
 POOL = "p"

@@ -12,9 +12,8 @@ from tessera.sim.compare import compare, format_table
 from tessera.sim.replay import Order, ReplaySettings, arrival_order, replay, thresholds
 from tessera.sim.trace import TraceError, load_nodes, load_pods
 
-OPENB = Path("/work/shared/traces/openb")
-if not OPENB.exists():
-    OPENB = Path(__file__).resolve().parents[4] / "shared" / "traces" / "openb"
+ROOT = Path(__file__).resolve().parents[3]
+OPENB = ROOT / "bench" / "traces" / "openb"  # shipped with the repository
 
 
 def write_trace(tmp_path: Path) -> tuple[Path, Path]:
@@ -90,8 +89,6 @@ def test_one_seed_has_no_spread_table(tmp_path: Path) -> None:
 
 
 def test_real_trace_slice_replays_without_over_commit(tmp_path: Path) -> None:
-    if not (OPENB / "openb_pod_list_default.csv").exists():
-        pytest.skip("openb trace not available")
     nodes_csv, pods_csv = tmp_path / "nodes.csv", tmp_path / "pods.csv"
     with (OPENB / "openb_node_list_gpu_node.csv").open() as src:
         nodes_csv.write_text("".join(itertools.islice(src, 61)))

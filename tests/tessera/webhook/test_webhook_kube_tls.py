@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from json_api_stand_in import serving
 from webhook_helpers import NOW
 
 from tessera.kube.api import Conflict, NotFound
@@ -78,31 +76,10 @@ def stand_in() -> Iterator[tuple[StandIn, KubernetesTlsApi]]:
 
     state = StandIn()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(length)) if length else None
-            status, answer = state.handle(self.command, self.path.split("?")[0], self.headers.get("Content-Type", ""), body)
-            raw = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        do_GET = do_PATCH = _serve
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state, KubernetesTlsApi(client.ApiClient(configuration))
-    server.shutdown()
-    thread.join(10)
+    with serving(lambda method, path, content_type, body: state.handle(method, path.split("?")[0], content_type, body)) as url:
+        configuration = client.Configuration()
+        configuration.host = url
+        yield state, KubernetesTlsApi(client.ApiClient(configuration))
 
 
 def test_bootstrap_over_the_wire_fills_secret_and_ca_bundles(stand_in: tuple[StandIn, KubernetesTlsApi]) -> None:

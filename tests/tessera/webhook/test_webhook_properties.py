@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from webhook_helpers import SETTINGS, apply_json_patch
 
-from tessera import contract
+from tessera.model import contract
 from tessera.webhook.admission import PodRejected, mutate_pod
 
 VALID_CORES = st.one_of(st.integers(min_value=1, max_value=100), st.integers(min_value=1, max_value=8).map(lambda n: n * 100))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from webhook_helpers import WebhookClient, container, pod
 
-from tessera import contract
+from tessera.model import contract
 from tessera.webhook.admission import SHARED_GPU_TOLERATION, tolerates
 
 SHARED_TAINT = {"key": contract.TAINT_GPU, "value": "shared", "effect": "NoSchedule"}

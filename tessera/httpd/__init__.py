@@ -1,0 +1,20 @@
+"""One hardened HTTP/1.1 server for every Tessera endpoint: the scheduler extender, the admission
+webhook (TLS) and the node agent's /metrics. See `server.py` for why it is the standard library's
+server, configured, rather than a third-party one (docs/scheduler-extender.md, "HTTP server")."""
+from tessera.httpd.framing import HttpError, HttpLimits
+from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_response, parse_json
+from tessera.httpd.server import Endpoint, HardenedHTTPServer, Request, Response, Routes
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "Endpoint",
+    "HardenedHTTPServer",
+    "HttpError",
+    "HttpLimits",
+    "Request",
+    "Response",
+    "Routes",
+    "error_response",
+    "json_response",
+    "parse_json",
+]

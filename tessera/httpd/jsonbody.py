@@ -1,0 +1,98 @@
+"""JSON in and out of Tessera's HTTP endpoints, and the one error shape they all answer with.
+
+Every reply that is not a success carries `Content-Type: application/json` and the body
+
+    {"error": "<what is wrong and what to send instead>", "path": "<JSON path into the request body, or null>"}
+
+`path` names the offending field (`Pod.spec.containers[0].name`, `request.uid`) when the problem
+is one field, and is null for problems of the request as a whole (not JSON, too large, unknown
+URL, wrong method).
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any, Final
+
+from tessera.httpd.framing import HttpError, Response
+
+MAX_JSON_DEPTH: Final = 100
+"""Nesting a request body may have. The deepest Kubernetes object we receive (a Pod with its
+managedFields) nests about 15 levels; the limit keeps every later walk of the body (copies,
+re-encoding) far from Python's recursion limit."""
+
+
+def error_body(message: str, path: str | None = None) -> bytes:
+    return json.dumps({"error": message, "path": path}).encode()
+
+
+def json_bytes(payload: Any) -> bytes:
+    # ensure_ascii (the default): a lone surrogate from a request (`"\ud800"` is valid JSON)
+    # cannot break the UTF-8 encoding of the reply.
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def json_response(status: int, payload: Any) -> Response:
+    return Response(status, json_bytes(payload))
+
+
+def error_response(status: int, message: str, path: str | None = None, headers: Sequence[tuple[str, str]] = ()) -> Response:
+    return Response(status, error_body(message, path), headers=tuple(headers))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def parse_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Decode a request body (RFC 8259: UTF-8, no NaN/Infinity); raise HttpError 400 saying
+    where it is wrong."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"request body is not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        ) from None
+    if not text.strip():
+        raise HttpError(HTTPStatus.BAD_REQUEST, "request body is empty; send a JSON object")
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"request body nests deeper than {max_depth} levels") from None
+    except ValueError as exc:  # NaN/Infinity, 1e999, integers over Python's digit limit
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"request body is not valid JSON: {exc}") from None
+    if not within_depth(value, max_depth):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"request body nests deeper than {max_depth} levels")
+    return value
+
+
+def within_depth(value: Any, max_depth: int) -> bool:
+    """Iterative (a recursive walk is what the limit protects against); visits containers only,
+    so a list of 5000 node names costs one pass in C."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return False
+        children = item.values() if type(item) is dict else item if type(item) is list else ()
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+    return True

@@ -1,0 +1,131 @@
+"""`tessera scheduler serve --simulate` as a user runs it: a subprocess driven over HTTP."""
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tessera.model.contract import GPU_CORE
+
+NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nnode-a,32000,131072,2,T4\nnode-b,32000,131072,1,V100M32\ncpu-only,8000,16384,0,\n"
+
+
+def _tessera(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tessera.cli.main", *args]
+
+
+def _pod(name: str, core: int, *, cpu: str = "1") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "demo", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}, "limits": {GPU_CORE: str(core)}}}]},
+    }
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def post(self, verb: str, payload: Any) -> tuple[int, Any]:
+        self.conn.request("POST", f"/{verb}", body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        return resp.status, json.loads(resp.read())
+
+    def get(self, path: str) -> tuple[int, str]:
+        self.conn.request("GET", path)
+        resp = self.conn.getresponse()
+        return resp.status, resp.read().decode()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES_CSV)
+    proc = subprocess.Popen(
+        _tessera("scheduler", "serve", "--simulate", str(nodes), "--port", "0", "--placement", "binpack", "--log-level", "WARNING"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+    if match is None:
+        proc.kill()
+        pytest.fail(f"no listening line: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    assert "2 nodes, 3 GPUs" in line
+    yield proc, int(match.group(1))
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_simulated_cluster_schedules_and_binds_over_http(served: tuple[subprocess.Popen[str], int]) -> None:
+    proc, port = served
+    client = Client(port)
+    assert client.get("/healthz")[0] == 200
+    nodes = ["node-a", "node-b"]
+    for name, core in (("first", 40), ("second", 30)):
+        status, result = client.post("filter", {"Pod": _pod(name, core), "NodeNames": nodes})
+        assert status == 200 and result["NodeNames"] == nodes
+        status, scores = client.post("prioritize", {"Pod": _pod(name, core), "NodeNames": nodes})
+        best = max(scores, key=lambda s: s["Score"])["Host"]
+        status, result = client.post("bind", {"PodName": name, "PodNamespace": "demo", "PodUID": f"uid-{name}", "Node": best})
+        assert (status, result) == (200, {"Error": ""})
+    status, result = client.post("filter", {"Pod": _pod("huge", 300), "NodeNames": nodes})
+    assert result["NodeNames"] == [] and set(result["FailedNodes"]) == {"node-a", "node-b"}
+    metrics = client.get("/metrics")[1]
+    assert 'tessera_extender_binds_total{outcome="bound"} 2.0' in metrics
+    assert "tessera_extender_allocated_gpu 0.7" in metrics
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+
+
+def test_simulated_binds_are_recorded_like_in_a_cluster(served: tuple[subprocess.Popen[str], int]) -> None:
+    _, port = served
+    client = Client(port)
+    pod = _pod("whole", 100)
+    client.post("filter", {"Pod": pod, "NodeNames": ["node-b"]})
+    status, result = client.post("bind", {"PodName": "whole", "PodNamespace": "demo", "PodUID": "uid-whole", "Node": "node-b"})
+    assert result == {"Error": ""}
+    status, result = client.post("bind", {"PodName": "whole", "PodNamespace": "demo", "PodUID": "uid-whole", "Node": "node-b"})
+    assert result == {"Error": ""}  # a retried bind is not an error
+    status, result = client.post("filter", {"Pod": _pod("late", 10), "NodeNames": ["node-b"]})
+    assert result["NodeNames"] == [] and "GPU" in result["FailedNodes"]["node-b"]
+
+
+def test_unreachable_cluster_exits_1_with_what_to_do(tmp_path: Path) -> None:
+    done = subprocess.run(
+        _tessera("scheduler", "serve", "--kubeconfig", str(tmp_path / "missing-kubeconfig"), "--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "cannot load Kubernetes configuration" in done.stderr and "--kubeconfig" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--simulate", "missing.csv"], "missing.csv: cannot read it (No such file or directory)"),
+        (["--simulate", "NODES", "--placement", "tightest"], "unknown placement policy 'tightest'"),
+        (["--gpu-placement", "spread"], "only applies with --simulate"),
+        (["--simulate", "NODES", "--preempt-budget", "0"], "--preempt-budget must be more than 0 seconds"),
+    ],
+)
+def test_user_mistakes_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES_CSV)
+    args = [str(nodes) if a == "NODES" else a for a in args]
+    done = subprocess.run(_tessera("scheduler", "serve", *args), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
