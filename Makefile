@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 STACK ?= dev
 VENV_STAMP := .venv/.installed
 
-.PHONY: install preview up test typecheck lint-imports lint-workflows unit render validate plan
+.PHONY: install preview up test typecheck lint-imports lint-workflows unit render validate plan package-schema
 
 $(VENV_STAMP): requirements.txt pyproject.toml
 	python3 -m venv .venv
@@ -29,8 +29,15 @@ plan: $(VENV_STAMP)
 render: $(VENV_STAMP)
 	.venv/bin/tessera render stacks/Pulumi.$(STACK).yaml -o out/$(STACK)
 
+# components/__main__.py (the package's plugin entry) is checked on its own: mypy allows one __main__ per run
 typecheck: $(VENV_STAMP)
-	$(PY) -m mypy __main__.py components tessera node-agent/tessera_node node-agent/gpu-checks
+	$(PY) -m mypy __main__.py components/tessera_pulumi tessera node-agent/tessera_node node-agent/gpu-checks
+	$(PY) -m mypy components/__main__.py
+
+# the Pulumi package's typed inputs (components/tessera_pulumi/package/args.py) and schema snapshot
+# (components/schema.json), regenerated from the stack config model; tests fail while either is stale
+package-schema: $(VENV_STAMP)
+	$(PY) -m tessera_pulumi.package.codegen
 
 # the one-way layers of docs/architecture.md: contracts in pyproject.toml [tool.importlinter]
 lint-imports: $(VENV_STAMP)

@@ -206,11 +206,21 @@ def _kind_plan(pool: PoolBase, cfg: StackConfig) -> tuple[dict[str, int], list[s
     return node_capacity(pool, stack_mig_strategy(cfg)), ["whole GPUs, exclusive"], [NVIDIA_DEVICE_PLUGIN, *dcgm]
 
 
+def _software_detail(pool: PoolBase) -> str:
+    """What TKE installs on the pool's nodes: one whole catalog record, flagged when unconfirmed."""
+    software = pool.gpu_software()
+    driver = "custom driver" if pool.gpu_driver.custom_driver_url else f"driver {software.driver.version}"
+    text = f"TKE installs {driver} + CUDA {software.cuda.version} + cuDNN {software.cudnn.version}"
+    return text if software.confirmed else text + " (not in the TencentCloud provider's docs; see docs/nvidia-pools.md)"
+
+
 def plan_pool(pool: PoolBase, cfg: StackConfig) -> PoolPlan:
     model = pool.gpu_spec()
     gpus = pool.gpus_per_node()
     nodes = Range(pool.min_size, pool.desired, pool.max_size)
     capacity, details, components = _kind_plan(pool, cfg)
+    if not cfg.cluster.is_existing:
+        details = [*details, _software_detail(pool)]
     schedule = tuple(
         ScheduledLayout(e.name or f"#{i}", e.cron, e.timezone, _layout_text(e.layout, pool)) for i, e in enumerate(pool.repartition)
     )

@@ -22,12 +22,16 @@ from tessera.manifests.objects import metadata
 COMPONENT = "monitoring"
 
 
-def admin_password(config: StackConfig, secrets: Mapping[str, Any]) -> str | None:
-    """The password from the engine's config, None when the stack deploys no Grafana; RunError when unset."""
+def admin_password(config: StackConfig, secrets: Mapping[str, Any]) -> pulumi.Input[str] | None:
+    """The password from the engine's config, None when the stack deploys no Grafana; RunError when
+    unset. The package's components hand secrets over as outputs (tessera_pulumi.package.inputs):
+    those pass through untouched, so the value stays secret and is never turned into text here."""
     key = grafana_admin_secret_key(config)
     if key is None:
         return None
     value = secrets.get(f"tessera:{key}")
+    if isinstance(value, pulumi.Output):
+        return value
     if value is None or not str(value):
         raise pulumi.RunError(
             f"monitoring.kubePrometheusStack.grafana.adminPasswordSecret: tessera:{key} is not set; run "

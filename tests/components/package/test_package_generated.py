@@ -1,0 +1,60 @@
+"""The package's generated files are what the model and the analyzer give today, and staleness is
+reported as a diff with the command that fixes it.
+
+args.py is generated from the stack config model (tessera_pulumi.package.codegen); schema.json is the
+schema the provider's GetSchema serves, inferred by the Pulumi SDK's analyzer from args.py and the
+components (tessera_pulumi.package.schema). Both run in-process: no Pulumi CLI.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tessera_pulumi.package import codegen, schema
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_args_module_is_generated_from_todays_model() -> None:
+    committed = codegen.ARGS_PATH.read_text(encoding="utf-8")
+    problem = codegen.diff(committed, codegen.render(), "components/tessera_pulumi/package/args.py")
+    assert not problem, f"args.py is stale; run {codegen.REGENERATE}\n{problem}"
+
+
+def test_schema_snapshot_is_what_the_provider_serves() -> None:
+    assert schema.SCHEMA_PATH == ROOT / "components" / "schema.json"
+    committed = schema.SCHEMA_PATH.read_text(encoding="utf-8")
+    problem = schema.diff(committed, schema.render())
+    assert not problem, f"components/schema.json is stale; run {schema.REGENERATE}\n{problem}"
+
+
+def test_a_stale_args_module_fails_the_check_with_a_diff_and_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stale = tmp_path / "args.py"
+    stale.write_text(codegen.render().replace('"""Pool name', '"""The pool name', 1), encoding="utf-8")
+    monkeypatch.setattr(codegen, "ARGS_PATH", stale)
+    assert codegen.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert '-    """The pool name' in out and '+    """Pool name' in out
+    assert "python -m tessera_pulumi.package.codegen" in out
+    assert stale.read_text(encoding="utf-8").count('"""The pool name') == 1  # --check writes nothing
+
+
+def test_a_stale_schema_fails_the_check_with_a_diff_and_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stale = tmp_path / "schema.json"
+    text = schema.render()
+    stale.write_text(text.replace('"GPU node pools (at least one)."', '"GPU node pools."', 1), encoding="utf-8")
+    monkeypatch.setattr(schema, "SCHEMA_PATH", stale)
+    assert schema.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert '-          "description": "GPU node pools.",' in out
+    assert '+          "description": "GPU node pools (at least one).",' in out
+    assert "python -m tessera_pulumi.package.codegen" in out
+
+
+def test_regenerating_rewrites_a_stale_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "schema.json"
+    target.write_text("{}\n", encoding="utf-8")
+    monkeypatch.setattr(schema, "SCHEMA_PATH", target)
+    assert schema.main([]) == 0
+    assert target.read_text(encoding="utf-8") == schema.render()
