@@ -2,7 +2,8 @@
 # Do not edit: change the model and regenerate (make package-schema); a test fails while this file is stale.
 """Typed inputs of Tessera's Pulumi package: one TypedDict per stack config section, enums for kinds and
 policies, in modules mirroring `tessera.model`. The Pulumi SDK infers the package schema from these
-classes and the docstring under each field."""
+classes and the docstring under each field. Imports only the standard library, the Pulumi SDK and
+its own modules."""
 from .cluster import ClusterLevel, Endpoint, ExistingClusterConfig, KubeconfigSource, MaxPodsPerNode, Subnet, SystemNodes, TkeClusterConfig
 from .component_args import ExistingClusterPlatformArgs, TkeGpuClusterArgs
 from .monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, MonitoringConfig, MonitoringMode, Resources
