@@ -47,10 +47,13 @@ def list_cluster_nodes(resolved: ResolvedKubeconfig) -> list[dict[str, Any]]:
     from tessera.kube.api import KubeApiError
     from tessera.kube.client import ClientSettings, KubernetesClientApi
 
+    kubeconfig = resolved.kubeconfig
+    if not isinstance(kubeconfig, str):  # an output: membership.load_membership never asks for these
+        raise NodeListError("cannot list the cluster's nodes: its kubeconfig is an output, not known yet")
     settings = (
-        ClientSettings(kubeconfig=resolved.kubeconfig, context=resolved.context)
+        ClientSettings(kubeconfig=kubeconfig, context=resolved.context)
         if resolved.from_file
-        else ClientSettings(kubeconfig_text=resolved.kubeconfig, context=resolved.context)
+        else ClientSettings(kubeconfig_text=kubeconfig, context=resolved.context)
     )
     try:
         return KubernetesClientApi.connect(settings).list_nodes()

@@ -42,7 +42,7 @@ class TesseraStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
                  platform: PlatformFactory | None = None, secrets: Mapping[str, Any] | None = None,
-                 membership: Membership | None = None) -> None:
+                 membership: Membership | pulumi.Output[Membership] | None = None) -> None:
         """`membership`: on an existing cluster, which nodes join which pool (listed at preview by
         `program.py`); None declares no node patch (the patches are retained, so none is undone)."""
         super().__init__("tessera:index:TesseraStack", name, None, opts)
@@ -65,12 +65,14 @@ class TesseraStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-        node_setup: list[pulumi.Resource] = list(cluster.node_pools)
-        self.node_patches: PoolNodePatches | None = None
+        node_setup: list[pulumi.Input[pulumi.Resource]] = list(cluster.node_pools)
+        self.node_patches: PoolNodePatches | pulumi.Output[PoolNodePatches] | None = None
         if config.cluster.is_existing and membership is not None:
-            self.node_patches = PoolNodePatches(
-                f"{name}-nodes", config.node_pools, membership, opts=pulumi.ResourceOptions(provider=self.k8s_provider, parent=self)
-            )
+            patch_opts = pulumi.ResourceOptions(provider=self.k8s_provider, parent=self)
+            if isinstance(membership, pulumi.Output):  # listed with a kubeconfig that is an output (membership.py)
+                self.node_patches = membership.apply(lambda known: PoolNodePatches(f"{name}-nodes", config.node_pools, known, opts=patch_opts))
+            else:
+                self.node_patches = PoolNodePatches(f"{name}-nodes", config.node_pools, membership, opts=patch_opts)
             node_setup.append(self.node_patches)
 
         factory: PlatformFactory = platform if platform is not None else TesseraPlatform

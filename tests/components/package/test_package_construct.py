@@ -246,12 +246,31 @@ def test_keys_of_the_other_component_are_refused() -> None:
 KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\n# lab cluster\n"
 EXISTING: dict[str, Any] = {
     "cluster": {"name": "lab", "kubernetesVersion": "1.30.0", "kubeconfig": {"secret": "labKubeconfig"}},
-    "nodePools": [{"name": "t4", "kind": "shared", "gpuModel": "T4", "gpuCount": 1.0, "minSize": 1.0, "maxSize": 1.0, "nodeSelector": {"gpu": "t4"}}],
+    "nodePools": [{"name": "t4", "kind": "shared", "gpuModel": "T4", "gpuCount": 1.0, "minSize": 1.0, "maxSize": 1.0, "nodeSelector": {"example.com/gpu": "t4"}}],
 }
 
 
+def _node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
+
+
+@pytest.fixture
+def listed(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The lab cluster's nodes, as its API server would list them; records the kubeconfig each list used."""
+    from tessera_pulumi import existing
+
+    calls: list[Any] = []
+
+    def list_nodes(resolved: existing.ResolvedKubeconfig) -> list[dict[str, Any]]:
+        calls.append(resolved.kubeconfig)
+        return [_node("gpu-1", {"example.com/gpu": "t4"}), _node("cpu-1", {})]
+
+    monkeypatch.setattr(existing, "list_cluster_nodes", list_nodes)
+    return calls
+
+
 @pytest.mark.parametrize("form", ["map of secrets", "one secret map"])
-def test_existing_cluster_takes_its_kubeconfig_from_secrets_and_keeps_it_secret(form: str) -> None:
+def test_existing_cluster_takes_its_kubeconfig_from_secrets_and_keeps_it_secret(form: str, listed: list[Any]) -> None:
     inputs = copy.deepcopy(EXISTING)
     if form == "map of secrets":
         inputs["secrets"] = {"labKubeconfig": pulumi.Output.secret(KUBECONFIG_TEXT)}
@@ -272,7 +291,7 @@ def test_existing_cluster_without_the_named_secret_says_which_key_to_add() -> No
 
 
 @pytest.mark.parametrize("form", ["map of secrets", "one secret map"])
-def test_grafanas_admin_password_comes_from_secrets_and_stays_secret(form: str) -> None:
+def test_grafanas_admin_password_comes_from_secrets_and_stays_secret(form: str, listed: list[Any]) -> None:
     """kube-prometheus-stack with Grafana: the password named by adminPasswordSecret reaches the
     admin Secret as the caller's secret, never as text made from an output."""
     inputs = copy.deepcopy(EXISTING)
@@ -294,6 +313,33 @@ def test_grafana_without_its_password_in_secrets_says_which_key_to_add() -> None
     assert lines == [
         "monitoring.kubePrometheusStack.grafana.adminPasswordSecret: names the secret 'grafanaAdmin', which secrets does not hold; add it: secrets: {grafanaAdmin: <the secret>}"
     ]
+
+
+# --- an existing cluster: the nodes a pool selects get its labels and taints ----------------------
+
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+
+
+def _patched(run: Any) -> dict[str, dict[str, str]]:
+    return {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"] for r in run.of_type(NODE_PATCH)}
+
+
+@pytest.mark.parametrize("source", ["path", "secret"])
+def test_existing_cluster_patches_the_nodes_its_pools_select(source: str, tmp_path: Any, listed: list[Any]) -> None:
+    """As the stack-file program does: the nodes are listed with the cluster's kubeconfig (a file, or
+    a secret that arrives as an output) and the selected ones get the pool's labels and taints."""
+    inputs = copy.deepcopy(EXISTING)
+    if source == "path":
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(KUBECONFIG_TEXT, encoding="utf-8")
+        inputs["cluster"]["kubeconfig"] = {"path": str(kubeconfig)}
+    else:
+        inputs["secrets"] = {"labKubeconfig": pulumi.Output.secret(KUBECONFIG_TEXT)}
+    run = construct("ExistingClusterPlatform", inputs, name="lab")
+    assert listed == [str(tmp_path / "kubeconfig") if source == "path" else KUBECONFIG_TEXT]
+    patched = _patched(run)
+    assert set(patched) == {"gpu-1"}
+    assert patched["gpu-1"][LABEL_POOL] == "t4" and patched["gpu-1"][LABEL_POOL_KIND] == "shared"
 
 
 # A Triton on the MIG pool scaled on the adapter's built-in queue time, and a half-GPU service on the
