@@ -11,6 +11,7 @@ from typing import Any
 from tessera.model import ConfigError, StackConfig, load_stack_file
 from tessera.model.membership import Membership, pool_membership
 from tessera.model.plan import PoolPlan, Range, StackPlan, plan_stack
+from tessera.model.plan_workloads import WorkloadPlan
 from tessera.cli.validate import EXIT_INVALID, problem_lines
 
 NODES_DUMP_COMMAND = "kubectl get nodes -o json --show-managed-fields"
@@ -39,6 +40,20 @@ def _pool_lines(pool: PoolPlan) -> list[str]:
     return lines
 
 
+def _workload_lines(w: WorkloadPlan) -> list[str]:
+    share = ", ".join(f"{amount} {name}" for name, amount in w.per_replica.items()) or "no GPU"
+    lines = [
+        f"workload {w.namespace}/{w.name} on pool {w.pool} ({w.pool_kind}): {share} per replica",
+        f"  replicas {w.min_replicas}..{w.max_replicas}, {w.scaling}",
+    ]
+    for name, amount in w.at_max.items():
+        capacity = w.pool_capacity[name]
+        share_of_pool = f" ({100 * amount / capacity:.0f}%)" if capacity else ""
+        lines.append(f"  at {w.max_replicas} replicas: {amount} {name} of the pool's {capacity} at maxSize{share_of_pool}")
+    lines += [f"  note: {note}" for note in w.notes]
+    return lines
+
+
 def format_plan(plan: StackPlan) -> str:
     where = f"{plan.provider} cluster {plan.cluster_name}" + (f" in {plan.region}" if plan.provider == "tke" and plan.region else "")
     lines = [f"{where}, Kubernetes {plan.kubernetes_version or 'as running'}", ""]
@@ -53,6 +68,8 @@ def format_plan(plan: StackPlan) -> str:
     if plan.monitoring:
         lines.append("monitoring:")
         lines += [f"  {line}" for line in plan.monitoring]
+    for workload in plan.workloads:
+        lines += ["", *_workload_lines(workload)]
     return "\n".join(lines)
 
 
@@ -128,7 +145,8 @@ def register(sub: Any) -> None:
         "plan",
         help="show the pools, GPUs and capacity a stack creates",
         description="Show what a stack will create: per pool the kind, instance type, GPU model, node and GPU "
-        "counts (min/desired/max), shareable capacity and in-cluster components; totals for the stack.",
+        "counts (min/desired/max), shareable capacity and in-cluster components; totals for the stack; per "
+        "workload its pool, GPU share, replicas and scaling metric, and its GPU use at maxReplicas against the pool's capacity.",
     )
     parser.add_argument("stack_file", metavar="STACK_FILE", help="e.g. stacks/Pulumi.prod.yaml")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -31,6 +31,19 @@ from tessera.model.pools import (
     TimeslicePool,
 )
 from tessera.model.stack import StackConfig
+from tessera.model.workloads import (
+    EnvVar,
+    HttpProbe,
+    KeyRef,
+    MetricQuery,
+    ScalingMetric,
+    Workload,
+    WorkloadGpu,
+    WorkloadMetrics,
+    WorkloadPort,
+    WorkloadScaling,
+    WorkloadVolume,
+)
 
 # sections in reading order: (config key or heading, model)
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -60,10 +73,21 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("monitoring", MonitoringConfig),
     ("monitoring.kubePrometheusStack", KubePrometheusStackConfig),
     ("monitoring.kubePrometheusStack.grafana", GrafanaConfig),
-    ("monitoring.kubePrometheusStack.prometheusResources, grafana.resources", Resources),
+    ("monitoring.kubePrometheusStack.prometheusResources, grafana.resources, workloads[].resources", Resources),
     ("monitoring.dashboards", DashboardsConfig),
     ("monitoring.alerts", AlertsConfig),
     ("webhook", WebhookConfig),
+    ("workloads[]", Workload),
+    ("workloads[].gpu", WorkloadGpu),
+    ("workloads[].scaling", WorkloadScaling),
+    ("workloads[].scaling.metric", ScalingMetric),
+    ("workloads[].scaling.metric.query", MetricQuery),
+    ("workloads[].ports[]", WorkloadPort),
+    ("workloads[].env[]", EnvVar),
+    ("workloads[].env[].secret, configMap", KeyRef),
+    ("workloads[].volumes[]", WorkloadVolume),
+    ("workloads[].metrics", WorkloadMetrics),
+    ("workloads[].readinessProbe, livenessProbe", HttpProbe),
 )
 _ANCHORS = {model: heading for heading, model in SECTIONS}
 

@@ -428,7 +428,8 @@ def render(stack: type[StackConfig] = StackConfig) -> dict[str, str]:
     all_ = "".join(f"    {name!r},\n" for name in exported)
     files["__init__.py"] = (GENERATED + '"""Typed inputs of Tessera\'s Pulumi package: one TypedDict per stack config section, enums for kinds and\n'
                             'policies, in modules mirroring `tessera.model`. The Pulumi SDK infers the package schema from these\n'
-                            'classes and the docstring under each field."""\n' + "\n".join(lines) + f"\n\n__all__ = [\n{all_}]\n")
+                            'classes and the docstring under each field. Imports only the standard library, the Pulumi SDK and\n'
+                            'its own modules."""\n' + "\n".join(lines) + f"\n\n__all__ = [\n{all_}]\n")
     return files
 
 

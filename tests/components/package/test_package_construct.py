@@ -187,6 +187,10 @@ BAD_INPUTS = [
     ("fraction of a node", lambda c: c["nodePools"][0].update(maxSize=1.5), "nodePools[0].maxSize: must be a whole number (got 1.5)"),
     ("kind-only section on another kind", lambda c: c["nodePools"][1].update(sharing={"policy": "fixed-share"}),
      "nodePools[1].sharing: unknown key 'sharing' ('sharing' is only for pools of kind shared;"),
+    ("workload share of the wrong pool kind", lambda c: c.update(workloads=[{
+        "name": "triton", "namespace": "inference", "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"},
+        "pool": "a100-mig", "gpu": {"core": 50.0}}]),
+     "workloads[0].gpu.core: does not apply to pool a100-mig, which is mig: use gpu.migProfile"),
 ]
 
 
@@ -336,3 +340,39 @@ def test_existing_cluster_patches_the_nodes_its_pools_select(source: str, tmp_pa
     patched = _patched(run)
     assert set(patched) == {"gpu-1"}
     assert patched["gpu-1"][LABEL_POOL] == "t4" and patched["gpu-1"][LABEL_POOL_KIND] == "shared"
+
+
+# A Triton on the MIG pool scaled on the adapter's built-in queue time, and a half-GPU service on the
+# shared pool scaled on an External metric it declares, as a YAML or TypeScript program sends them.
+WORKLOADS: list[dict[str, Any]] = [
+    {
+        "name": "triton", "namespace": "inference", "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"},
+        "ports": [{"name": "http", "port": 8000.0}, {"name": "metrics", "port": 8002.0}], "pool": "a100-mig",
+        "gpu": {"migProfile": "1g.5gb"}, "metrics": {"port": "metrics"},
+        "scaling": {"minReplicas": 1.0, "maxReplicas": 6.0, "metric": {"name": "avg_time_queue_us", "target": "50"}},
+    },
+    {
+        "name": "bert", "namespace": "inference", "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"},
+        "ports": [{"name": "http", "port": 8000.0}], "pool": "a10-shared", "gpu": {"core": 50.0, "memoryMiB": 8192.0},
+        "scaling": {"minReplicas": 2.0, "maxReplicas": 4.0, "metric": {
+            "name": "bert_requests_per_second", "type": "External", "target": "30",
+            "query": {"series": "nv_inference_request_success"}}},
+    },
+]
+
+
+def test_workloads_in_the_inputs_are_deployed_with_their_autoscaler_and_adapter_rule() -> None:
+    inputs = copy.deepcopy(SHARED_AND_MIG) | {"monitoring": {"prometheusAdapter": True}, "workloads": copy.deepcopy(WORKLOADS)}
+    run = construct("TkeGpuCluster", inputs, name="lab")
+    objects = run.named(CONFIG_GROUP, "lab-platform-workloads").inputs["objs"]
+    found = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    for name in ("triton", "bert"):
+        assert {("Deployment", name), ("Service", name), ("HorizontalPodAutoscaler", name)} <= found
+    limits = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] for o in objects if o["kind"] == "Deployment"}
+    # single strategy with time-slicing x2 and no renaming: a 1g.5gb slice is advertised as nvidia.com/gpu
+    assert {k: v for k, v in limits["triton"].items() if "/" in k} == {"nvidia.com/gpu": "1"}
+    assert {k: v for k, v in limits["bert"].items() if "/" in k} == {"tessera.dev/gpu-core": "50", "tessera.dev/gpu-memory": "8192"}
+    adapter = next(r for r in run.of_type(CHART) if r.inputs["chart"] == "prometheus-adapter")
+    rules = adapter.inputs["values"]["rules"]
+    assert "avg_time_queue_us" in {r["name"]["as"] for r in rules["custom"]}
+    assert [r["name"]["as"] for r in rules["external"]] == ["bert_requests_per_second"]

@@ -39,6 +39,11 @@ def tessera(*args: str) -> subprocess.CompletedProcess[str]:
                 "  runs: tessera-device-plugin, tessera-node-agent, dcgm-exporter",
                 "  schedule night: 0 20 * * 1-5 (Asia/Shanghai) -> whole GPUs",
                 "totals (min/desired/max): nodes 4/4/17, GPUs 8/8/32",
+                # the Triton workload: its slice, replicas, metric and share of the pool at maxReplicas
+                "workload inference/tritonserver on pool a100-mig (mig): 1 nvidia.com/mig-1g.5gb per replica",
+                "  replicas 1..8, HPA on avg_time_queue_us (Pods, adapter built-in rule), target 50 per replica (average)",
+                "  at 8 replicas: 8 nvidia.com/mig-1g.5gb of the pool's 48 at maxSize (17%)",
+                "  note: layout night (0 20 * * *) offers no 1g.5gb slice: its nodes are skipped while replicas use them; scale the workload down before it",
             ],
         ),
         ("local", ["pool local-shared (shared) on existing nodes (example.com/gpu-pool=local-shared): 1 x T4 (16384 MiB) per node", "totals (min/desired/max): nodes 1/1/1, GPUs 1/1/1"]),
@@ -59,6 +64,10 @@ def test_plan_json() -> None:
     assert data["totals"]["nodes"] == {"min": 4, "desired": 4, "max": 17}
     assert data["totals"]["capacity"]["tessera.dev/gpu-core"] == {"min": 400, "desired": 400, "max": 1600}
     assert [p["kind"] for p in data["pools"]] == ["nvidia", "shared", "mig", "timeslice"]
+    (triton,) = data["workloads"]
+    assert (triton["pool"], triton["replicas"], triton["atMaxReplicas"], triton["poolCapacityAtMaxSize"]) == (
+        "a100-mig", {"min": 1, "max": 8}, {"nvidia.com/mig-1g.5gb": 8}, {"nvidia.com/mig-1g.5gb": 48},
+    )
 
 
 def test_plan_of_invalid_stack_exits_2(tmp_path: Path) -> None:

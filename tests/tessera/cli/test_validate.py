@@ -109,7 +109,7 @@ UNREAD = [
     ("  foo:bar: 1\n", "foo:bar: unknown config namespace 'foo' (Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)"),
     ("  tencentclod:region: ap-guangzhou\n", "tencentclod:region: unknown config namespace 'tencentclod' (did you mean 'tencentcloud:region'? Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)"),
     ("  quotas: []\n", "quotas: not a config key: write <namespace>:<name>, e.g. tessera:quotas"),
-    ("  tessera:quota: []\n", "quota: unknown key 'quota' (did you mean 'quotas'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace)"),
+    ("  tessera:quota: []\n", "quota: unknown key 'quota' (did you mean 'quotas'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace, workloads)"),
     ("  tessera:scheduler: {placment: binpack}\n", "scheduler.placment: unknown key 'placment' (did you mean 'placement'? valid keys: placement, replicas, weight, httpTimeoutSeconds, logLevel)"),
 ]
 

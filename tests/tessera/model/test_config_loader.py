@@ -67,7 +67,7 @@ def test_unknown_keys_and_namespaces_are_errors_provider_namespaces_are_not(tmp_
     text = _stack_text(TKE_BASE, {"tessera:nodepools": [], "kubernetes:context": "x", "pulumi:tags": {"a": "b"}, "aws:region": "us-east-1"})
     assert _problems(_write(tmp_path, text)) == [
         "aws:region: unknown config namespace 'aws' (Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)",
-        "nodepools: unknown key 'nodepools' (did you mean 'nodePools'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace)",
+        "nodepools: unknown key 'nodepools' (did you mean 'nodePools'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace, workloads)",
     ]
 
 

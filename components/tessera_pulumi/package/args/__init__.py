@@ -2,19 +2,23 @@
 # Do not edit: change the model and regenerate (make package-schema); a test fails while this file is stale.
 """Typed inputs of Tessera's Pulumi package: one TypedDict per stack config section, enums for kinds and
 policies, in modules mirroring `tessera.model`. The Pulumi SDK infers the package schema from these
-classes and the docstring under each field."""
+classes and the docstring under each field. Imports only the standard library, the Pulumi SDK and
+its own modules."""
 from .cluster import ClusterLevel, Endpoint, ExistingClusterConfig, KubeconfigSource, MaxPodsPerNode, Subnet, SystemNodes, TkeClusterConfig
 from .component_args import ExistingClusterPlatformArgs, TkeGpuClusterArgs
 from .monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, MonitoringConfig, MonitoringMode, Resources
 from .platform import FailurePolicy, GpuOperatorConfig, ImageRef, ImagesConfig, LogLevel, NamespaceQuota, NodePlacement, PullPolicy, SchedulerConfig, WebhookConfig
 from .pools import DiskType, GpuDriverConfig, GpuPlacement, MemoryEnforcement, MigConfig, MigStrategy, NodePool, PoolKind, RepartitionEntry, SharingConfig, SharingPolicy, SystemDisk, Taint, TaintEffect, TimeSlicingConfig
+from .workloads import AppClass, EnvVar, HttpProbe, KeyRef, MetricQuery, MetricType, PortProtocol, ScalingMetric, SeriesKind, ServiceType, TargetType, Workload, WorkloadGpu, WorkloadMetrics, WorkloadPort, WorkloadScaling, WorkloadVolume
 
 __all__ = [
     'AlertsConfig',
+    'AppClass',
     'ClusterLevel',
     'DashboardsConfig',
     'DiskType',
     'Endpoint',
+    'EnvVar',
     'ExistingClusterConfig',
     'ExistingClusterPlatformArgs',
     'FailurePolicy',
@@ -22,13 +26,17 @@ __all__ = [
     'GpuOperatorConfig',
     'GpuPlacement',
     'GrafanaConfig',
+    'HttpProbe',
     'ImageRef',
     'ImagesConfig',
+    'KeyRef',
     'KubeconfigSource',
     'KubePrometheusStackConfig',
     'LogLevel',
     'MaxPodsPerNode',
     'MemoryEnforcement',
+    'MetricQuery',
+    'MetricType',
     'MigConfig',
     'MigStrategy',
     'MonitoringConfig',
@@ -37,10 +45,14 @@ __all__ = [
     'NodePlacement',
     'NodePool',
     'PoolKind',
+    'PortProtocol',
     'PullPolicy',
     'RepartitionEntry',
     'Resources',
+    'ScalingMetric',
     'SchedulerConfig',
+    'SeriesKind',
+    'ServiceType',
     'SharingConfig',
     'SharingPolicy',
     'Subnet',
@@ -48,8 +60,15 @@ __all__ = [
     'SystemNodes',
     'Taint',
     'TaintEffect',
+    'TargetType',
     'TimeSlicingConfig',
     'TkeClusterConfig',
     'TkeGpuClusterArgs',
     'WebhookConfig',
+    'Workload',
+    'WorkloadGpu',
+    'WorkloadMetrics',
+    'WorkloadPort',
+    'WorkloadScaling',
+    'WorkloadVolume',
 ]

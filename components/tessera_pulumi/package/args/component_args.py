@@ -9,6 +9,7 @@ from .cluster import ExistingClusterConfig, TkeClusterConfig
 from .monitoring import MonitoringConfig
 from .platform import GpuOperatorConfig, ImagesConfig, NamespaceQuota, SchedulerConfig, WebhookConfig
 from .pools import NodePool
+from .workloads import Workload
 
 
 class TkeGpuClusterArgs(TypedDict):
@@ -34,6 +35,8 @@ class TkeGpuClusterArgs(TypedDict):
     """Mutating admission webhook."""
     namespace: NotRequired[str]
     """Namespace of Tessera's in-cluster components. Default: `tessera-system`."""
+    workloads: NotRequired[list[Workload]]
+    """Inference services on GPU shares: Deployment, Service, HPA on a custom metric, prometheus-adapter rule (docs/workloads.md). Default: empty."""
     secrets: NotRequired[pulumi.Input[dict[str, pulumi.Input[str]]]]
     """Secret values the settings above name by key, e.g. the key given in cluster.kubeconfig.secret: key (without the tessera: prefix) -> value. Pass them as Pulumi secrets (pulumi.secret, fn::secret); they stay secrets in the state. The stack-file route reads the same keys from `pulumi config set --secret tessera:<key>`."""
 
@@ -59,5 +62,7 @@ class ExistingClusterPlatformArgs(TypedDict):
     """Mutating admission webhook."""
     namespace: NotRequired[str]
     """Namespace of Tessera's in-cluster components. Default: `tessera-system`."""
+    workloads: NotRequired[list[Workload]]
+    """Inference services on GPU shares: Deployment, Service, HPA on a custom metric, prometheus-adapter rule (docs/workloads.md). Default: empty."""
     secrets: NotRequired[pulumi.Input[dict[str, pulumi.Input[str]]]]
     """Secret values the settings above name by key, e.g. the key given in cluster.kubeconfig.secret: key (without the tessera: prefix) -> value. Pass them as Pulumi secrets (pulumi.secret, fn::secret); they stay secrets in the state. The stack-file route reads the same keys from `pulumi config set --secret tessera:<key>`."""
