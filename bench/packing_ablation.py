@@ -1,6 +1,7 @@
 """Ablation of the fragmentation-aware policy's design choices on one openb trace.
 
-    nice python bench/packing_ablation.py --seeds 42,43 --variants default,exact,lin25,inuse,nosize,static
+    nice python bench/packing_ablation.py --seeds 42,43 --variants default,nohost,noreserve,previous
+    nice python bench/packing_ablation.py --trace cpu300 --trace-dir CLUSTERDATA/cluster-trace-gpu-v2023/csv --seeds 42 --variants default,noreserve --workers 2
 
 Each variant is `FragAwareSettings` (or the mix source) changed in one place; prints the allocated %
 of capacity at 90/95/100/130 % arrived per seed and the mean. See docs/scheduling.md.
@@ -8,6 +9,7 @@ of capacity at 90/95/100/130 % arrived per seed and the mean. See docs/schedulin
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import random
 import sys
 from dataclasses import replace
@@ -24,6 +26,14 @@ from tessera.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
 BASE = FragAwareSettings()
 VARIANTS: dict[str, tuple[FragAwareSettings, bool]] = {  # name -> (settings, learn the mix online)
     "default": (BASE, True),
+    "nohost": (replace(BASE, host_weight=0.0), True),  # without host stranding
+    "host0.25": (replace(BASE, host_weight=0.25), True),
+    "host1": (replace(BASE, host_weight=1.0), True),
+    "noreserve": (replace(BASE, reserve_horizon_pods=0.0), True),  # without reservations
+    "reserve1000": (replace(BASE, reserve_horizon_pods=1000.0), True),
+    "reserve8000": (replace(BASE, reserve_horizon_pods=8000.0), True),
+    "nomodel": (replace(BASE, model_weight=0.0), True),  # without model pressure
+    "previous": (replace(BASE, host_weight=0.0, reserve_horizon_pods=0.0, model_weight=0.0), True),  # before 2026-11-26
     "static": (BASE, False),  # the whole trace's mix given up front, as in the paper
     "exact": (replace(BASE, sigmoid_bands=False, tolerance_milli=0.0), True),
     "lin25": (replace(BASE, sigmoid_bands=False, tolerance_milli=25.0), True),
@@ -66,24 +76,34 @@ def run(nodes_csv: Path, pods: list[TracePod], settings: FragAwareSettings, lear
     return out
 
 
+def _job(args: tuple[str, str, str, int]) -> tuple[str, int, dict[int, float]]:
+    trace_dir, trace, name, seed = args
+    settings, learn = VARIANTS[name]
+    pods = load_pods(Path(trace_dir) / f"openb_pod_list_{trace}.csv")
+    return name, seed, run(Path(trace_dir) / "openb_node_list_gpu_node.csv", pods, settings, learn, seed)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", default="default")
     parser.add_argument("--seeds", default="42")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--trace-dir", default=str(ROOT / "bench" / "traces" / "openb"), help="folder of openb CSVs (default: the ones shipped in bench/traces/openb)")
+    parser.add_argument("--workers", type=int, default=1, help="replays run in this many processes (default 1)")
     args = parser.parse_args()
-    trace_dir = Path(args.trace_dir)
-    pods = load_pods(trace_dir / f"openb_pod_list_{args.trace}.csv")
     seeds = [int(s) for s in args.seeds.split(",")]
-    for name in args.variants.split(","):
-        settings, learn = VARIANTS[name]
-        results = []
-        for seed in seeds:
-            r = run(trace_dir / "openb_node_list_gpu_node.csv", pods, settings, learn, seed)
-            results.append(r)
-            print(f"{name:10s} seed {seed}: " + "  ".join(f"{m}%: {r[m]:.2f}" for m in MARKS), flush=True)
-        print(f"{name:10s} mean   : " + "  ".join(f"{m}%: {sum(r[m] for r in results) / len(results):.2f}" for m in MARKS), flush=True)
+    names = args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    jobs = [(args.trace_dir, args.trace, name, seed) for name in names for seed in seeds]
+    results: dict[str, list[dict[int, float]]] = {name: [] for name in names}
+    with multiprocessing.Pool(max(args.workers, 1)) as pool:
+        for name, seed, r in pool.imap(_job, jobs):
+            results[name].append(r)
+            print(f"{name:12s} seed {seed}: " + "  ".join(f"{m}%: {r[m]:.2f}" for m in MARKS), flush=True)
+    for name, rs in results.items():
+        print(f"{name:12s} mean   : " + "  ".join(f"{m}%: {sum(r[m] for r in rs) / len(rs):.2f}" for m in MARKS), flush=True)
     return 0
 
 

@@ -88,13 +88,21 @@ class Cluster:
         if found is None:
             found = self._make_policy(name)
             self._policies[name] = found
+            self._introduce(found)
         return found
 
     def install_policy(self, impl: Policy) -> None:
         """Use this policy object for its name (tuned settings, benchmarks, ablations)."""
         self._policies[impl.name] = impl
+        self._introduce(impl)
         self._index = BestNodeIndex()
         self._evaluations.clear()  # results of the object it replaces must not be served
+
+    def _introduce(self, impl: Policy) -> None:
+        """A policy that looks across nodes (reservations) learns the inventory it will score."""
+        if isinstance(impl, FragmentationAwarePolicy):
+            for node in self.nodes.values():
+                impl.node_changed(node)
 
     def _make_policy(self, name: PlacementPolicy) -> Policy:
         if name is PlacementPolicy.FGD:
@@ -144,6 +152,9 @@ class Cluster:
         self.nodes.pop(name, None)
         self._evaluations.forget(name)
         self._index.touched(name)
+        for impl in self._policies.values():
+            if isinstance(impl, FragmentationAwarePolicy):
+                impl.node_removed(name)
         gone = [uid for uid, (_, p) in self._pods.items() if p.node == name]
         for uid in gone:
             del self._pods[uid]
@@ -170,6 +181,9 @@ class Cluster:
         self._versions += 1
         node.version = self._versions
         self._index.touched(node.name)
+        for impl in self._policies.values():
+            if isinstance(impl, FragmentationAwarePolicy):
+                impl.node_changed(node)
 
     # --- decisions ------------------------------------------------------------------------------
     def evaluate(self, pod: PodRequest, node_name: str, policy: PlacementPolicy | None = None) -> Evaluation | FitFailure:

@@ -9,6 +9,11 @@ memory (a node without the RAM cannot host t); `faithful=True` turns both off, a
 
 The value depends only on (GPU models, a bucket of free CPU/RAM, the multiset of per-GPU free
 capacity), so it is memoised on that key: in a 1213-node cluster most nodes share a few states.
+
+`HostDemand` is the second measure the fragmentation-aware policy adds: FGD asks only whether the
+node can host *one* more pod of each shape, so it cannot see a node whose CPU or RAM will run out
+long before its GPUs do. `HostDemand.unfed` counts the GPU compute a node's free CPU and RAM
+cannot feed at the CPU and RAM the mix's GPU pods ask per GPU.
 """
 from __future__ import annotations
 
@@ -34,6 +39,34 @@ class _Shape:
     memory: int  # 0 = no host memory condition
     models: frozenset[str] | None
     weight: float
+
+
+@dataclass(frozen=True)
+class HostDemand:
+    """What the mix's GPU pods ask of the host per milli-GPU: CPU milli and RAM MiB, averaged
+    over the pods (by pod count; multi-GPU pods count their GPUs in the denominator)."""
+
+    cpu_per_milli: float
+    memory_per_milli: float
+
+    @staticmethod
+    def of(snapshot: MixSnapshot) -> HostDemand:
+        gpu = [s for s in snapshot.shapes if s.gpu_count > 0]
+        milli = sum(s.weight * s.gpu_count * s.gpu_milli for s in gpu)
+        if milli <= 0:
+            return HostDemand(0.0, 0.0)
+        return HostDemand(sum(s.weight * s.cpu_milli for s in gpu) / milli, sum(s.weight * s.memory_mib for s in gpu) / milli)
+
+    def unfed(self, free_gpu_milli: int, free_cpu: int, free_memory: int) -> float:
+        """Free GPU compute (milli) beyond what the free CPU and RAM can serve at the mix's
+        ratios: a node whose CPU is gone strands its GPUs however well they are packed.
+        An unaccounted resource (`UNTRACKED`) never strands anything."""
+        feed = float(free_gpu_milli)
+        if self.cpu_per_milli > 0:
+            feed = min(feed, max(free_cpu, 0) / self.cpu_per_milli)
+        if self.memory_per_milli > 0:
+            feed = min(feed, max(free_memory, 0) / self.memory_per_milli)
+        return free_gpu_milli - feed
 
 
 class FragmentationMeasure:

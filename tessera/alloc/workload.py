@@ -36,6 +36,24 @@ class TypicalShape:
 class MixSnapshot:
     epoch: int
     shapes: tuple[TypicalShape, ...]
+    limited: tuple[tuple[frozenset[str], float], ...] = ()
+    """Pods limited to GPU models: (models, share of the mix's GPU demand), counting the shapes
+    too rare to be kept in `shapes` (limited pods spread over many rare shapes; model pressure
+    needs their whole demand). Empty when no pod names GPU models."""
+
+
+def limited_demand(weights: dict[ShapeKey, float]) -> tuple[tuple[frozenset[str], float], ...]:
+    """`MixSnapshot.limited` of shape weights (any scale)."""
+    total = 0.0
+    by_models: dict[frozenset[str], float] = {}
+    for (count, milli, _, _, _, models), w in weights.items():
+        demand = w * count * milli
+        total += demand
+        if models is not None and demand > 0:
+            by_models[models] = by_models.get(models, 0.0) + demand
+    if total <= 0:
+        return ()
+    return tuple((models, d / total) for models, d in sorted(by_models.items(), key=lambda kv: sorted(kv[0])))
 
 
 def shape_of(pod: PodRequest) -> ShapeKey:
@@ -53,17 +71,17 @@ def static_snapshot(pods: Iterable[PodRequest], *, epoch: int = 0) -> MixSnapsho
     for pod in pods:
         key = shape_of(pod)
         counts[key] = counts.get(key, 0.0) + 1.0
-    return _snapshot(counts, epoch)
+    return _snapshot(counts, epoch, limited_demand(counts))
 
 
-def _snapshot(weights: dict[ShapeKey, float], epoch: int) -> MixSnapshot:
+def _snapshot(weights: dict[ShapeKey, float], epoch: int, limited: tuple[tuple[frozenset[str], float], ...] = ()) -> MixSnapshot:
     total = sum(weights.values())
     if total <= 0:
-        return MixSnapshot(epoch, ())
+        return MixSnapshot(epoch, (), limited)
     shapes = tuple(
         TypicalShape(*key, weight=w / total) for key, w in sorted(weights.items(), key=lambda kv: (-kv[1], repr(kv[0])))
     )
-    return MixSnapshot(epoch, shapes)
+    return MixSnapshot(epoch, shapes, limited)
 
 
 @dataclass
@@ -87,7 +105,9 @@ class MixSettings:
     """Default 4096 pods between snapshot checks once the estimate has settled."""
     min_weight: float = 0.002
     """Default 0.2 %: shapes rarer than this are dropped from snapshots (FGD keeps the popular
-    shapes too); it bounds the cost of the fragmentation measure."""
+    shapes too); it bounds the cost of the fragmentation measure. A multi-GPU shape counts its
+    GPUs (an 8-GPU shape is kept from 0.025 % of the pods): a rare 8-GPU pod is a large demand,
+    and the nodes able to host it are what reservations keep."""
 
 
 # Before any pod has been seen, assume whole single-GPU pods: idle compute that is not a whole
@@ -136,11 +156,11 @@ class WorkloadMix:
         if self._seen < self._next_check:
             return self._snapshot
         self._next_check = self._seen + min(self.settings.max_interval, (self.settings.snapshot_growth - 1) * self._seen)
-        now = {k: w for k, w in self.current().items() if w >= self.settings.min_weight}
+        now = {k: w for k, w in self.current().items() if w * max(k[0], 1) >= self.settings.min_weight}
         if not now:
             return self._snapshot
         old = {(s.gpu_count, s.gpu_milli, s.gpu_memory_mib, s.cpu_milli, s.memory_mib, s.gpu_models): s.weight for s in self._snapshot.shapes}
         drift = sum(abs(now.get(k, 0.0) - old.get(k, 0.0)) for k in now.keys() | old.keys())
         if drift > self.settings.drift_threshold:
-            self._snapshot = _snapshot(now, self._snapshot.epoch + 1)
+            self._snapshot = _snapshot(now, self._snapshot.epoch + 1, limited_demand(self._weights))
         return self._snapshot

@@ -19,7 +19,7 @@ EXPIRED: Final = MetricSpec("tessera_extender_expired_reservations", "counter", 
 NODES: Final = MetricSpec("tessera_extender_nodes", "gauge", "Shared GPU nodes in the cache")
 PODS: Final = MetricSpec("tessera_extender_pods", "gauge", "Pods holding GPU capacity in the cache")
 GPUS: Final = MetricSpec("tessera_extender_gpus", "gauge", "GPUs in the cache")
-MIX_EPOCH: Final = MetricSpec("tessera_extender_mix_epoch", "gauge", "Workload-mix snapshots taken so far (each one re-scores every node)")
+MIX_EPOCH: Final = MetricSpec("tessera_extender_mix_epoch", "gauge", "Policy epochs so far: workload-mix snapshots, reservations switching, GPU models changing (each re-scores every node)")
 ALLOCATED_GPU: Final = MetricSpec("tessera_extender_allocated_gpu", "gauge", "GPU compute allocated, in GPUs (1.0 = one whole GPU)")
 POOL_CAPACITY: Final = MetricSpec("tessera_pool_gpu_capacity", "gauge", "Healthy GPUs of the pool's nodes in the extender's cache", POOL_LABELS)
 POOL_ALLOCATED: Final = MetricSpec("tessera_pool_gpu_allocated", "gauge", "GPU compute allocated in the pool, in GPUs (1.0 = one whole GPU)", POOL_LABELS)

@@ -3,7 +3,7 @@ same GPUs, bit for bit (a float that differs in its last digit can move a pod)."
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -65,10 +65,20 @@ def _pod(rng: random.Random, uid: str) -> PodRequest:
     )
 
 
-def _fresh(policy: Policy) -> Policy:
-    """The same policy with empty caches (the fragmentation policies memoise internally)."""
+def _fresh(policy: Policy, nodes: Iterable[NodeState] = ()) -> Policy:
+    """The same policy with empty caches (the fragmentation policies memoise internally); the
+    fragmentation-aware one is shown `nodes`, the inventory its reservations count."""
     if isinstance(policy, FragmentationAwarePolicy):
-        return FragmentationAwarePolicy(policy.snapshot, policy.settings)
+        fresh = FragmentationAwarePolicy(policy.snapshot, policy.settings)
+        for node in nodes:
+            fresh.node_changed(node)
+        # the switch of a reservation depends on history (hysteresis), so it is taken over;
+        # which nodes can host which shape, and every score, are recomputed
+        fresh._reserve._active, fresh._reserve._settled = policy._reserve.active, True
+        # so does a GPU model's protection (model pressure)
+        policy._pressure.cost("")
+        fresh._pressure._protected, fresh._pressure._settled = policy._pressure._protected, True
+        return fresh
     if isinstance(policy, FgdPolicy):
         return FgdPolicy(policy.snapshot)
     return policy
@@ -100,7 +110,7 @@ def test_cached_evaluations_equal_fresh_ones(seed: int, policy: PlacementPolicy,
             if node.gpus:
                 gpu = rng.choice(node.gpus)
                 cluster.set_gpu_health(node.name, gpu.index, not gpu.healthy)
-        fresh = _fresh(cluster.policy())
+        fresh = _fresh(cluster.policy(), cluster.nodes.values())
         for probe in probes:
             many = cluster.evaluate_many(probe, names)
             for name in names:
@@ -142,7 +152,7 @@ def test_states_that_differ_in_one_field_do_not_share_an_evaluation(twin: str) -
         cluster.add_node(NodeState("a", [_gpu(0, **first), _gpu(1)], 64000, 262144, {LABEL_MAX_SHARES_PER_GPU: "2"}))
         cluster.add_node(NodeState("b", [_gpu(0, **second), _gpu(1)], 64000, 262144, {LABEL_MAX_SHARES_PER_GPU: "2"}))
         for probe in probes:
-            expected = {n: _fresh(cluster.policy()).evaluate(cluster.nodes[n], probe) for n in ("a", "b")}
+            expected = {n: _fresh(cluster.policy(), cluster.nodes.values()).evaluate(cluster.nodes[n], probe) for n in ("a", "b")}
             told_apart |= expected["a"] != expected["b"]
             assert cluster.evaluate(probe, "a") == expected["a"]
             assert cluster.evaluate(probe, "b") == expected["b"]

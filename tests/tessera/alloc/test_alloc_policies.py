@@ -16,6 +16,7 @@ from tessera.alloc import (
     extender_scores,
     static_snapshot,
 )
+from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy
 from tessera.model.contract import LABEL_GPU_PLACEMENT, AppClass
 
 
@@ -130,3 +131,97 @@ def test_fragmentation_aware_keeps_the_8_gpu_node_whole() -> None:
 def test_extender_scores_give_the_best_node_10_alone() -> None:
     scores = extender_scores({"a": -5.0, "b": 3.0, "c": 2.9, "d": None})
     assert scores["b"] == 10 and scores["a"] == 0 and 0 < scores["c"] < 10 and scores["d"] == 0
+
+
+def _sized(uid: str, gpus: int, milli: int, cpu: int, memory: int = 1024) -> PodRequest:
+    return PodRequest(PodUid(uid), (ContainerRequest("main", gpus, milli),), cpu, memory)
+
+
+def _host_mix_cluster(settings: FragAwareSettings) -> Cluster:
+    """One 8-GPU node with 128 cores, two 4-GPU nodes with 32: the mix's GPU pods ask 8 cores per
+    GPU, and 0.5 % of them are 8-GPU pods asking 120 cores (only the big node can host one)."""
+    mix = static_snapshot([_sized(f"one{i}", 1, 1000, 8000) for i in range(199)] + [_sized("eight", 8, 1000, 120000)])
+    nodes = [
+        NodeState("big", [GpuState(i, f"big-{i}", "T4", 16384) for i in range(8)], 128000, 1 << 20),
+        *(NodeState(f"small{k}", [GpuState(i, f"s{k}-{i}", "T4", 16384) for i in range(4)], 32000, 1 << 20) for k in (1, 2)),
+    ]
+    cluster = Cluster(nodes, mix=WorkloadMix(prior=mix))
+    cluster.install_policy(FragmentationAwarePolicy(mix, settings))
+    cluster.set_tie_ranking(["big", "small1", "small2"])
+    return cluster
+
+
+def test_cpu_hungry_pod_goes_where_cpu_is_left_over() -> None:
+    """A 1-GPU pod asking 16 cores on a 4-GPU node with 32 leaves its other 3 GPUs 16 cores, enough
+    for one more pod of the mix but not for three: FGD's one-pod-ahead measure (the policy without
+    the host term) sees nothing wrong, host stranding sends the pod to the CPU-rich node."""
+    placed = {}
+    for weight in (0.0, 0.5):
+        cluster = _host_mix_cluster(FragAwareSettings(host_weight=weight, reserve_horizon_pods=0))
+        placement = cluster.schedule(_sized("hungry", 1, 1000, 16000))
+        assert placement is not None
+        placed[weight] = placement.node
+    assert placed == {0.0: "small1", 0.5: "big"}
+
+
+def test_last_node_able_to_host_a_rare_8_gpu_shape_is_kept_for_it() -> None:
+    """Host stranding alone sends a CPU-heavy 1-GPU pod to the only node with 120 cores; with the
+    reservation on it strands a GPU on a small node instead, and the 8-GPU pod still fits later."""
+    outcome = {}
+    for horizon in (0.0, 4000.0):
+        cluster = _host_mix_cluster(FragAwareSettings(reserve_horizon_pods=horizon))
+        hungry = _sized("hungry", 1, 1000, 16000)
+        first = cluster.schedule(hungry)
+        assert first is not None
+        cluster.reserve(hungry, first)
+        outcome[horizon] = (first.node, cluster.schedule(_sized("eight-later", 8, 1000, 120000)) is not None)
+    assert outcome == {0.0: ("big", False), 4000.0: ("small1", True)}
+
+
+def test_pod_that_may_run_anywhere_leaves_the_gpu_model_limited_pods_need() -> None:
+    """Half the pods of the mix accept only T4s, and half the GPUs are T4s: a pod that accepts any
+    model goes to an A100 node, although it strands a little CPU there, rather than take a T4 that
+    a T4-only pod will be missing."""
+    t4_only = frozenset({"T4"})
+    mix = static_snapshot(
+        [PodRequest(PodUid(f"t4-{i}"), (ContainerRequest("main", 1, 1000),), 8000, 1024, t4_only) for i in range(5)]
+        + [_sized(f"any-{i}", 1, 1000, 8000) for i in range(5)]
+    )
+    chosen = {}
+    for weight in (0.0, 1.0):
+        nodes = [
+            *(NodeState(f"t4-{k}", [GpuState(i, f"t{k}-{i}", "T4", 16384) for i in range(2)], 64000, 1 << 20) for k in "ab"),
+            *(NodeState(f"a100-{k}", [GpuState(i, f"a{k}-{i}", "A100", 16384) for i in range(2)], 16000, 1 << 20) for k in "ab"),
+        ]
+        cluster = Cluster(nodes)
+        cluster.install_policy(FragmentationAwarePolicy(mix, FragAwareSettings(model_weight=weight)))
+        placement = cluster.schedule(_sized("anywhere", 1, 1000, 12000))
+        assert placement is not None
+        chosen[weight] = placement.node
+    assert chosen == {0.0: "t4-a", 1.0: "a100-a"}
+
+
+def test_shapes_competing_for_the_same_nodes_reserve_them_together() -> None:
+    """Two rare 8-GPU shapes (120 cores / 700 GiB and 121 cores / 600 GiB) fit only the 128-core
+    nodes. Each alone expects one pod within the horizon, together two, so once CPU-hungry pods
+    (sent to the CPU-rich nodes by host stranding) have filled one of three such nodes, the next
+    one strands CPU on a small node and the other two big nodes stay whole for those shapes."""
+    one = [_sized(f"one{i}", 1, 1000, 8000) for i in range(398)]
+    mix = static_snapshot(one + [_sized("a", 8, 1000, 120000, 700 << 10), _sized("b", 8, 1000, 121000, 600 << 10)])
+    big = [NodeState(f"big{k}", [GpuState(i, f"b{k}-{i}", "T4", 16384) for i in range(8)], 128000, 1 << 20) for k in range(3)]
+    small = [NodeState(f"small{k}", [GpuState(i, f"s{k}-{i}", "T4", 16384) for i in range(4)], 32000, 1 << 20) for k in range(3)]
+    cluster = Cluster([*big, *small])
+    cluster.install_policy(FragmentationAwarePolicy(mix, FragAwareSettings(reserve_horizon_pods=400)))
+    cluster.set_tie_ranking([n.name for n in big + small])
+    placed = []
+    for i in range(9):
+        hungry = _sized(f"p{i}", 1, 1000, 16000)
+        placement = cluster.schedule(hungry)
+        assert placement is not None
+        cluster.reserve(hungry, placement)
+        placed.append(placement.node)
+    assert placed == ["big0"] * 8 + ["small0"]
+    for shape in (_sized("a-later", 8, 1000, 120000, 700 << 10), _sized("b-later", 8, 1000, 121000, 600 << 10)):
+        placement = cluster.schedule(shape)
+        assert placement is not None
+        cluster.reserve(shape, placement)

@@ -73,6 +73,19 @@ def test_compare_averages_seeds_into_a_table(tmp_path: Path) -> None:
     table = format_table(curves)
     assert "binpack" in table and "spread" in table and "100%" in table
     assert all(c.runs == 2 and c.at(100.0) is not None for c in curves)
+    assert "spread across seeds" in table
+    for curve in curves:
+        spread, mean = curve.spread_at(100.0), curve.at(100.0)
+        assert spread is not None and mean is not None
+        assert spread.low <= mean <= spread.high and spread.sd <= spread.high - spread.low + 1e-9
+
+
+def test_one_seed_has_no_spread_table(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    curves = compare(load_nodes(nodes_csv), load_pods(pods_csv), [PlacementPolicy.BINPACK], ReplaySettings(order=Order.SHUFFLE), [1])
+    assert "spread across seeds" not in format_table(curves)
+    (curve,) = curves
+    assert curve.points and all(s.sd == 0.0 and s.low == s.high == y for (_, y), s in zip(curve.points, curve.spreads))
 
 
 def test_real_trace_slice_replays_without_over_commit(tmp_path: Path) -> None:
