@@ -172,6 +172,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     if not started:
         print("warning: the cache is not in sync yet; /healthz answers 503 until it is", file=sys.stderr)
+    from tessera.scheduler.gc_freeze import freeze_survivors
+
+    # the cache just built lives as long as the process: full collections stop walking it
+    freeze_survivors()
     nodes, _, gpus, _ = service.state.summary()
     mode = f"simulated cluster from {args.simulate}" if simulate else "Kubernetes API"
     print(f"tessera extender on {service.url} ({mode}: {nodes} nodes, {gpus} GPUs; policy {policy.value})", flush=True)
