@@ -98,8 +98,13 @@ def fill(
     started = time.perf_counter()
     state.replace_nodes(api.list_nodes())
     with state.lock:
-        # copies carry the GPUs' and hosts' usage, so pods already placed count in the mirror too
-        mirror = Cluster([copy.deepcopy(n) for n in state.cluster.nodes.values()], policy=state.cluster.default_policy)
+        # copies carry the GPUs' and hosts' usage and the mix seen so far, so pods already placed
+        # and observed count in the mirror too
+        mirror = Cluster(
+            [copy.deepcopy(n) for n in state.cluster.nodes.values()],
+            policy=state.cluster.default_policy,
+            mix=copy.deepcopy(state.cluster.mix),
+        )
         capacity = state.cluster.usage()
         allocated = capacity.allocated_milli
     goal = target * capacity.capacity_milli
