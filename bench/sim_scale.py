@@ -1,12 +1,12 @@
 """`tessera sim replay` time on the default trace and on a 10x synthetic cluster (prints figures).
 
-    nice python bench/sim_scale.py [--factor 10] [--orders creation,shuffle] [--repeat 1]
+    nice python bench/sim_scale.py [--factors 1,10] [--orders creation,shuffle] [--repeat 1]
 
 Runs the real CLI (`tessera sim replay --nodes N.csv --pods P.csv --order O --no-progress`) in a
 subprocess and reports its wall time and CPU time (the child's utime + stime), for:
 
 - 1x: the shipped openb node list (1213 nodes, 6212 GPUs) and default pod trace (8152 pods);
-- Fx: the node list F times (F x 1213 nodes, 1, 2, 4 and 8 GPUs per node as in the trace) and the
+- Fx (`--factors`): the node list F times (F x 1213 nodes, 1, 2, 4 and 8 GPUs per node as in the trace) and the
   default trace F times (`bench/synthetic.py`: copy c of every pod, renamed, same request and
   creation time, so the mix of shapes is the default trace's exactly).
 
@@ -64,17 +64,19 @@ def run(label: str, nodes: Path, pods: Path, order: str, policy: str | None) -> 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--factor", type=int, default=10)
+    parser.add_argument("--factors", default="1,10", help="cluster and trace sizes to replay, in copies of openb (default 1,10)")
     parser.add_argument("--orders", default="creation,shuffle")
     parser.add_argument("--policy", default=None, help="default: the production default policy")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--results", type=Path, default=OUT / "replay.json")
     args = parser.parse_args()
-    big_nodes, big_pods = replicated_nodes(args.factor, OUT), replicated_pods(args.factor, OUT)
+    sizes = []
+    for k in (int(f) for f in args.factors.split(",")):
+        sizes.append((f"{k}x", NODES_CSV, PODS_CSV) if k == 1 else (f"{k}x", replicated_nodes(k, OUT), replicated_pods(k, OUT)))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(args.repeat):
         for order in args.orders.split(","):
-            for label, nodes, pods in (("1x", NODES_CSV, PODS_CSV), (f"{args.factor}x", big_nodes, big_pods)):
+            for label, nodes, pods in sizes:
                 row = run(label, nodes, pods, order, args.policy)
                 with args.results.open("a") as handle:
                     handle.write(json.dumps(row) + "\n")
