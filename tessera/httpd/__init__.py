@@ -2,7 +2,7 @@
 webhook (TLS) and the node agent's /metrics. See `server.py` for why it is the standard library's
 server, configured, rather than a third-party one (docs/scheduler-extender.md, "HTTP server")."""
 from tessera.httpd.framing import HttpError, HttpLimits
-from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_response, parse_json
+from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_bytes, json_response, parse_json, string_map_json
 from tessera.httpd.server import Endpoint, HardenedHTTPServer, Request, Response, Routes
 
 __all__ = [
@@ -15,6 +15,8 @@ __all__ = [
     "Response",
     "Routes",
     "error_response",
+    "json_bytes",
     "json_response",
     "parse_json",
+    "string_map_json",
 ]
