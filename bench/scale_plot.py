@@ -78,8 +78,11 @@ def main() -> int:
     mem.set_title("resident memory at the end of the run")
     for ax in (lat, cpu, binds, mem):
         ax.set_xlabel("GPU nodes (8 GPUs each)")
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        ax.set_xlim(0, max(r["nodes"] for r in rows) * 1.05)
+        if ax is lat or ax is cpu:
+            ax.set_yscale("log")  # the two candidate counts differ by up to 20x
+        else:
+            ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     dates = sorted({str(r.get("date", ""))[:10] for r in rows})
@@ -88,11 +91,31 @@ def main() -> int:
     args.figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.figure, dpi=110)
     print(f"wrote {args.figure}")
+    print(markdown(rows))
     replay = args.results.with_name("replay.json")
     if replay.exists():
         for r in load(replay):
-            print(f"  replay {r['label']}: {r['nodes']} nodes, {r['pods']} pods: {r['seconds']:.1f} s")
+            print(f"  replay {r['label']} ({r['order']}): {r['nodes']} nodes, {r['pods']} pods: {r['seconds']:.1f} s wall, "
+                  f"{r['cpu_seconds']:.1f} s CPU, peak RSS {r['peak_rss_mib']:.0f} MiB, load {r['load_start']:.1f} -> {r['load_end']:.1f}")
     return 0
+
+
+def markdown(rows: list[dict[str, float]]) -> str:
+    """The table docs/benchmarks.md shows: one line per run."""
+    lines = [
+        "| nodes (GPUs) | candidates | p50 / p99 / max ms | CPU ms per pod | every node: p50 / p99 / max ms | CPU ms per pod "
+        "| binds/s (refused) | RSS after fill / end MiB | fill s | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(rows, key=lambda r: (r["nodes"], str(r.get("date")))):
+        lines.append(
+            f"| {int(r['nodes']):,} ({int(r['gpus']):,}) | {int(r['ks_candidates'])} "
+            f"| {r['ks_p50_ms']:.1f} / {r['ks_p99_ms']:.1f} / {r['ks_max_ms']:.0f} | {r['ks_cpu_ms_per_probe']:.1f} "
+            f"| {r['p50_ms']:.1f} / {r['p99_ms']:.1f} / {r['max_ms']:.0f} | {r['cpu_ms_per_probe']:.1f} "
+            f"| {r['binds_per_s']:.0f} ({int(r['binds_refused'])}) | {r['rss_after_fill_mib']:.0f} / {r['rss_end_mib']:.0f} "
+            f"| {r.get('fill_s', 0):.0f} | {r['load_start']:.1f} -> {r['load_end']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
