@@ -21,9 +21,9 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,20 +41,25 @@ def run(label: str, nodes: Path, pods: Path, order: str, policy: str | None) -> 
     if policy:
         cmd += ["--policy", policy]
     load = os.getloadavg()[0]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    seconds = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = json.loads(done.stdout)
-    summary = re.search(r": (\d+) GPU nodes, (\d+) GPUs;.*\n\s+arrived (\d+) pods", done.stderr)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU and peak RSS
+        seconds = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {stderr[-500:]}")
+    result = json.loads(stdout)
+    summary = re.search(r": (\d+) GPU nodes, (\d+) GPUs;.*\n\s+arrived (\d+) pods", stderr)
     if summary is None:
-        raise SystemExit(f"unexpected replay summary: {done.stderr[:500]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        raise SystemExit(f"unexpected replay summary: {stderr[:500]}")
+    cpu = usage.ru_utime + usage.ru_stime
     row = {
         "label": label, "order": order, "policy": policy or "default", "nodes": int(summary.group(1)), "pods": int(summary.group(3)),
         "capacity_gpus": int(summary.group(2)), "allocated_pct": result["points"][-1]["allocated_pct"],
-        "seconds": seconds, "cpu_seconds": cpu, "peak_rss_mib": after.ru_maxrss / 1024,
+        "seconds": seconds, "cpu_seconds": cpu, "peak_rss_mib": usage.ru_maxrss / 1024,
         "load_start": load, "load_end": os.getloadavg()[0], "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     print(f"replay {label} ({order}): {row['nodes']} nodes, {row['pods']} pods, allocated {row['allocated_pct']} %: "
