@@ -34,7 +34,7 @@ typecheck: $(VENV_STAMP)
 	$(PY) -m mypy __main__.py components/tessera_pulumi tessera node-agent/tessera_node node-agent/gpu-checks
 	$(PY) -m mypy components/__main__.py
 
-# the Pulumi package's typed inputs (components/tessera_pulumi/package/args.py) and schema snapshot
+# the Pulumi package's typed inputs (components/tessera_pulumi/package/args/) and schema snapshot
 # (components/schema.json), regenerated from the stack config model; tests fail while either is stale
 package-schema: $(VENV_STAMP)
 	$(PY) -m tessera_pulumi.package.codegen

@@ -29,6 +29,38 @@ class ResolvedKubeconfig:
 
     kubeconfig: pulumi.Input[str]
     context: str | None
+    from_file: bool = True
+    """True: `kubeconfig` is a file path; False: the kubeconfig text itself (a Pulumi secret)."""
+
+
+class NodeListError(Exception):
+    """The cluster's nodes could not be listed; the message is one line saying why and what to do."""
+
+
+def list_cluster_nodes(resolved: ResolvedKubeconfig) -> list[dict[str, Any]]:
+    """Every Node of the cluster, through Tessera's one Kubernetes adapter (`tessera.kube`).
+
+    Preview needs them to show which nodes join which pool and to patch exactly those; it needs
+    get/list on nodes with the stack's kubeconfig."""
+    from urllib3.exceptions import HTTPError
+
+    from tessera.kube.api import KubeApiError
+    from tessera.kube.client import ClientSettings, KubernetesClientApi
+
+    kubeconfig = resolved.kubeconfig
+    if not isinstance(kubeconfig, str):  # an output: membership.load_membership never asks for these
+        raise NodeListError("cannot list the cluster's nodes: its kubeconfig is an output, not known yet")
+    settings = (
+        ClientSettings(kubeconfig=kubeconfig, context=resolved.context)
+        if resolved.from_file
+        else ClientSettings(kubeconfig_text=kubeconfig, context=resolved.context)
+    )
+    try:
+        return KubernetesClientApi.connect(settings).list_nodes()
+    except KubeApiError as exc:
+        raise NodeListError(f"cannot list the cluster's nodes ({exc.status}: {' '.join(exc.message.split())})") from None
+    except (HTTPError, OSError) as exc:  # the client does not wrap connection errors
+        raise NodeListError(f"cannot reach the cluster to list its nodes ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from None
 
 
 def _resolve_kubeconfig(source: KubeconfigSource | None, context: str | None, environ: Mapping[str, str], lookup_secret: SecretLookup) -> ResolvedKubeconfig:
@@ -49,8 +81,14 @@ def _resolve_kubeconfig(source: KubeconfigSource | None, context: str | None, en
                 f"cluster.kubeconfig.secret: tessera:{source.secret} is not set; run "
                 f"pulumi config set --secret tessera:{source.secret} \"$(cat ~/.kube/config)\""
             )
-        return ResolvedKubeconfig(value, context)
+        return ResolvedKubeconfig(value, context, from_file=False)
     raise KubeconfigError("cluster.kubeconfig: set one of path, env or secret")
+
+
+def resolve_kubeconfig(cluster: ClusterConfig, environ: Mapping[str, str], values: Mapping[str, Any]) -> ResolvedKubeconfig:
+    """The existing cluster's kubeconfig from the stack config, the environment and the engine's
+    config values (for a `secret` source). Raises KubeconfigError saying what to do."""
+    return _resolve_kubeconfig(cluster.kubeconfig, cluster.context, environ, _config_lookup(values))
 
 
 def _config_lookup(values: Mapping[str, Any]) -> SecretLookup:

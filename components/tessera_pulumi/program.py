@@ -3,55 +3,47 @@
 `__main__.py` reads the engine's config and calls `main()`. Validation happens before any resource is declared: a bad
 config is reported as `path: message` lines (the same lines `tessera validate` prints) and the
 program stops with `pulumi.RunError`, which Pulumi shows without a traceback.
+
+On an existing cluster the program then lists the cluster's nodes (with the stack's kubeconfig,
+through `tessera.kube`) and works out which nodes join which pool; preview prints it, the stack
+exports it as `poolNodes`, and a node the pools cannot take (picked by two pools, or carrying a
+taint its pool does not declare) stops the program the same way, before anything is declared.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import pulumi
 import pulumi.runtime
 
 from tessera.model import ConfigError, StackConfig, from_pulumi_mapping
+from tessera.model.loader import select_engine_config
+from tessera_pulumi.membership import NodeLister, load_membership, stop
 from tessera_pulumi.stack import TesseraStack
-
-NAMESPACE: Final = "tessera"
-REGION_KEY: Final = "tencentcloud:region"
-
-
-def _select_config(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """What `from_pulumi_mapping` takes: every `tessera:*` key without its prefix (so misspelt keys are
-    reported, not ignored) and `region` for `tencentcloud:region`."""
-    selected: dict[str, Any] = {}
-    for key, value in sorted(raw.items()):
-        if key == REGION_KEY:
-            selected["region"] = value
-        elif key.startswith(NAMESPACE + ":"):
-            selected[key.removeprefix(NAMESPACE + ":")] = value  # JSON text is decoded by the loader
-    return selected
 
 
 def load_config(raw: Mapping[str, Any]) -> StackConfig:
     """Validated stack config, or `pulumi.RunError` after logging one `path: message` line per problem.
 
-    `raw` is every config value the engine gave the program (`__main__.py` reads it)."""
+    `raw` is every config value the engine gave the program (`__main__.py` reads it). A key in a
+    namespace nobody reads (`tesera:quotas`, `foo:bar`) is a problem like a misspelt `tessera:` key."""
     try:
-        return from_pulumi_mapping(_select_config(raw))
+        return from_pulumi_mapping(select_engine_config(raw))
     except ConfigError as err:
-        for problem in err.problems:
-            pulumi.log.error(str(problem))
-        count = len(err.problems)
-        raise pulumi.RunError(
-            f"the stack config has {count} problem{'s' if count != 1 else ''} (listed above); nothing was deployed. "
-            f"Fix them and check with `tessera validate stacks/Pulumi.{pulumi.get_stack()}.yaml`."
-        ) from None
+        stop(err.problems, f"Fix them and check with `tessera validate stacks/Pulumi.{pulumi.get_stack()}.yaml`.")
 
 
-def main(raw_config: Mapping[str, Any]) -> None:
-    """Declare the stack from the engine's config values (key -> value, JSON text for objects)."""
+def main(raw_config: Mapping[str, Any], list_nodes: NodeLister | None = None) -> None:
+    """Declare the stack from the engine's config values (key -> value, JSON text for objects).
+    `list_nodes`: how an existing cluster's nodes are listed (default: through its kubeconfig)."""
     config = load_config(raw_config)
-    stack = TesseraStack("tessera", config, secrets=raw_config)
+    hint = f"Check with `tessera plan stacks/Pulumi.{pulumi.get_stack()}.yaml --kubeconfig ...`."
+    membership = load_membership(config, raw_config, list_nodes, hint) if config.cluster.is_existing else None
+    stack = TesseraStack("tessera", config, secrets=raw_config, membership=membership)
     pulumi.export("clusterId", stack.cluster_id)
     pulumi.export("kubeconfig", stack.kubeconfig)
     pulumi.export("poolNames", stack.pool_names)
     pulumi.export("plan", stack.plan)
+    if membership is not None:
+        pulumi.export("poolNodes", membership.apply(lambda known: known.to_json()) if isinstance(membership, pulumi.Output) else membership.to_json())

@@ -2,6 +2,7 @@
 
 cluster (TKE: network, cluster, node pools, endpoint | existing: kubeconfig only)
   -> Kubernetes provider from the kubeconfig
+  -> existing clusters: the pools' labels and taints on their nodes (node patches)
   -> in-cluster platform (tessera_pulumi.platform.TesseraPlatform), after the node pools exist.
 """
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any, Protocol
 import pulumi
 import pulumi_kubernetes as k8s
 
+from tessera.model.membership import Membership
 from tessera.model.plan import plan_stack
 from tessera.model.stack import StackConfig
 from tessera_pulumi.existing import ExistingCluster
+from tessera_pulumi.node_patches import PoolNodePatches
 from tessera_pulumi.platform import TesseraPlatform
 from tessera_pulumi.tke.cluster import TkeCluster
 
@@ -38,7 +41,10 @@ class TesseraStack(pulumi.ComponentResource):
     platform: pulumi.ComponentResource
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None,
-                 platform: PlatformFactory | None = None, secrets: Mapping[str, Any] | None = None) -> None:
+                 platform: PlatformFactory | None = None, secrets: Mapping[str, Any] | None = None,
+                 membership: Membership | pulumi.Output[Membership] | None = None) -> None:
+        """`membership`: on an existing cluster, which nodes join which pool (listed at preview by
+        `program.py`); None declares no node patch (the patches are retained, so none is undone)."""
         super().__init__("tessera:index:TesseraStack", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         cluster: TkeCluster | ExistingCluster
@@ -59,11 +65,21 @@ class TesseraStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
+        node_setup: list[pulumi.Input[pulumi.Resource]] = list(cluster.node_pools)
+        self.node_patches: PoolNodePatches | pulumi.Output[PoolNodePatches] | None = None
+        if config.cluster.is_existing and membership is not None:
+            patch_opts = pulumi.ResourceOptions(provider=self.k8s_provider, parent=self)
+            if isinstance(membership, pulumi.Output):  # listed with a kubeconfig that is an output (membership.py)
+                self.node_patches = membership.apply(lambda known: PoolNodePatches(f"{name}-nodes", config.node_pools, known, opts=patch_opts))
+            else:
+                self.node_patches = PoolNodePatches(f"{name}-nodes", config.node_pools, membership, opts=patch_opts)
+            node_setup.append(self.node_patches)
+
         factory: PlatformFactory = platform if platform is not None else TesseraPlatform
         self.platform = factory(
             f"{name}-platform",
             config,
-            opts=pulumi.ResourceOptions(provider=self.k8s_provider, parent=self, depends_on=list(cluster.node_pools)),
+            opts=pulumi.ResourceOptions(provider=self.k8s_provider, parent=self, depends_on=node_setup),
             secrets=secrets,
         )
         self.register_outputs({"clusterId": self.cluster_id, "kubeconfig": self.kubeconfig, "poolNames": self.pool_names, "plan": self.plan})

@@ -7,34 +7,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from tessera.alloc.model import ContainerRequest, GpuState, InvalidRequest, NodeState, PodRequest, PodUid
+from tessera.alloc.pod_requests import pod_requests
+from tessera.alloc.quantity import parse_quantity
 from tessera.model.contract import ANNOTATION_APP_CLASS, ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, AppClass, NodeGpu
 
 ANNOTATION_GPU_MODELS = "tessera.dev/gpu-models"  # optional pod annotation: "A10,T4" restricts models
-
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-}
-
-
-def parse_quantity(text: object) -> Decimal:
-    """A Kubernetes resource quantity ("250m", "4Gi", "1e3", 2) as a Decimal in base units."""
-    s = str(text).strip()
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if s.endswith(suffix) and s[: -len(suffix)]:
-            number, factor = s[: -len(suffix)], _SUFFIX[suffix]
-            break
-    else:
-        number, factor = s, Decimal(1)
-    try:
-        return Decimal(number) * factor
-    except InvalidOperation:
-        raise InvalidRequest(f"cannot read resource quantity {text!r}") from None
 
 
 def _whole(value: Decimal, what: str) -> int:
@@ -60,13 +41,13 @@ def pod_request_from_k8s(pod: Mapping[str, Any]) -> PodRequest:
     spec = pod.get("spec") or {}
     annotations = meta.get("annotations") or {}
     containers: list[ContainerRequest] = []
-    cpu = Decimal(0)
-    memory = Decimal(0)
+    # CPU and memory as kube-scheduler's NodeResourcesFit counts them (init containers, sidecars,
+    # overhead); GPU shares go to app containers only (the webhook refuses them anywhere else)
+    host = pod_requests(pod, ("cpu", "memory"))
+    cpu, memory = host["cpu"], host["memory"]
     for c in spec.get("containers") or []:
         name = str(c.get("name", ""))
         res = container_resources(c)
-        cpu += parse_quantity(res.get("cpu", 0))
-        memory += parse_quantity(res.get("memory", 0))
         core = _whole(parse_quantity(res.get(GPU_CORE, 0)), f"container {name!r}: {GPU_CORE}")
         gpu_mem = res.get(GPU_MEMORY)
         mem_mib = None if gpu_mem is None else _whole(parse_quantity(gpu_mem), f"container {name!r}: {GPU_MEMORY} (MiB)")

@@ -28,7 +28,8 @@ def register(sub: Any) -> None:
             "Render every in-cluster object of a stack into DIR: NN-<component>.yaml in apply order "
             "(kubectl apply -f DIR), gpu-operator/ and prometheus-adapter/ with each Helm release's values "
             "and description, and on existing "
-            "clusters nodes/label-nodes.sh with the pools' node labels and taints. Output is "
+            "clusters nodes/label-nodes.sh with the pools' node labels and taints (a fallback for clusters "
+            "`pulumi up` does not manage: Pulumi applies them itself). Output is "
             f"identical on every run. DIR/{INDEX_FILE} lists what render wrote: files it wrote before and "
             "no longer renders are removed; other files in DIR are never touched."
         ),

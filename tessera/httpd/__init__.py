@@ -1,6 +1,9 @@
 """One hardened HTTP/1.1 server for every Tessera endpoint: the scheduler extender, the admission
 webhook (TLS) and the node agent's /metrics. See `server.py` for why it is the standard library's
-server, configured, rather than a third-party one (docs/scheduler-extender.md, "HTTP server")."""
+server, configured, rather than a third-party one (docs/scheduler-extender.md, "HTTP server").
+
+Imports only the standard library: the runtime and the node side both stand on it (import-linter
+contracts `layers` and `node-side` in pyproject.toml)."""
 from tessera.httpd.framing import HttpError, HttpLimits
 from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_bytes, json_response, parse_json, string_map_json
 from tessera.httpd.server import Endpoint, HardenedHTTPServer, Request, Response, Routes

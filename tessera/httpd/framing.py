@@ -12,7 +12,7 @@ import re
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from email.message import Message
 from http import HTTPStatus
 from typing import Final
@@ -49,6 +49,12 @@ class HttpLimits:
     backlog: int = 1024
     request_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
+
+    @classmethod
+    def of(cls, settings: object) -> HttpLimits:
+        """The limits a server's settings carry: its attributes named as these fields (the
+        extender's and the webhook's ServerSettings each choose their own defaults)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_connections", "backlog"):

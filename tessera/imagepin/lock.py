@@ -62,7 +62,8 @@ def parse_ref(text: str) -> Ref:
 
 
 def stack_refs(config: StackConfig, tessera: Ref | None = None) -> list[Ref]:
-    """The images a stack deploys, tags resolved as the manifests resolve them; `tessera` replaces ours."""
+    """The images a stack deploys, tags resolved as the manifests resolve them; `tessera` replaces ours.
+    Workload images (`workloads[].image`) are included while they have no digest."""
     version = config.cluster.kubernetes_version
     scheduler = config.images.kube_scheduler
     out = [tessera or Ref(config.images.tessera.repository, config.images.tessera.tag or "latest")]
@@ -70,7 +71,13 @@ def stack_refs(config: StackConfig, tessera: Ref | None = None) -> list[Ref]:
     if scheduler_tag is None:
         raise LockError(["images.kubeScheduler.tag: is needed to pin the image (or set cluster.kubernetesVersion)"])
     out.append(Ref(scheduler.repository, scheduler_tag))
-    return out
+    return out + workload_refs(config)
+
+
+def workload_refs(config: StackConfig) -> list[Ref]:
+    """The workloads' images still to pin: those with a tag and no digest (a digest the team wrote
+    stays theirs)."""
+    return [Ref(w.image.repository, w.image.tag) for w in config.workloads if w.image.tag is not None and w.image.digest is None]
 
 
 def check_digest(ref: str, digest: str) -> str | None:

@@ -1,7 +1,8 @@
 """Write a lock's digests into a stack file's text, keeping its comments and layout.
 
-Only the `tessera:images` section changes: `tessera` gets the released repository, tag and digest,
-`kubeScheduler` the digest of the tag it already deploys, and `requireDigests` becomes true. Values
+Only the `tessera:images` section and the workloads' images change: `tessera` gets the released
+repository, tag and digest, `kubeScheduler` the digest of the tag it already deploys, each
+`workloads[].image` without a digest the digest of its tag, and `requireDigests` becomes true. Values
 are replaced where they are; missing keys are added after the last key of their mapping (block or
 flow style). A stack without a `tessera:images` section is not pinned (it deploys by tag on
 purpose, like dev). The edited text is validated before anyone writes it.
@@ -16,9 +17,10 @@ import yaml
 
 from tessera.model import ConfigError, StackConfig
 from tessera.model.loader import from_pulumi_mapping, stack_mapping
-from tessera.imagepin.lock import ImageLock, LockError, stack_refs
+from tessera.imagepin.lock import ImageLock, LockError, Ref, stack_refs
 
 IMAGES_KEY: Final = "tessera:images"
+WORKLOADS_KEY: Final = "tessera:workloads"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,25 @@ def _set(text: str, mapping: yaml.MappingNode, key: str, value: str) -> _Edit:
     return _Edit(node.start_mark.index, node.end_mark.index, value)
 
 
+def _workload_edits(text: str, config: StackConfig, lock: ImageLock) -> list[_Edit]:
+    """A `digest:` for every workload image that has a tag and no digest."""
+    root = yaml.compose(text)
+    section = _find(root, "config") if isinstance(root, yaml.MappingNode) else None
+    workloads = _find(section[1], WORKLOADS_KEY) if section is not None and isinstance(section[1], yaml.MappingNode) else None
+    if workloads is None or not isinstance(workloads[1], yaml.SequenceNode):
+        return []
+    edits: list[_Edit] = []
+    for workload, node in zip(config.workloads, workloads[1].value, strict=True):
+        image = workload.image
+        if image.tag is None or image.digest is not None:
+            continue
+        found = _find(node, "image") if isinstance(node, yaml.MappingNode) else None
+        if found is None or not isinstance(found[1], yaml.MappingNode) or not found[1].value:
+            raise LockError([f"line {node.start_mark.line + 1}: workload {workload.name}: image must be a mapping"])
+        edits.append(_set(text, found[1], "digest", _scalar(lock.digest(Ref(image.repository, image.tag)))))
+    return edits
+
+
 def _images_node(text: str) -> yaml.MappingNode | None:
     root = yaml.compose(text)
     config = _find(root, "config") if isinstance(root, yaml.MappingNode) else None
@@ -101,7 +122,7 @@ def pin_stack_text(text: str, lock: ImageLock) -> str | None:
     if images is None:
         return None
     config = _config(text)
-    _, scheduler = stack_refs(config)
+    scheduler = stack_refs(config)[1]
     tessera = lock.tessera
     edits: list[_Edit] = [_set(text, images, "requireDigests", _scalar(True))]
     for key, wanted in (
@@ -116,6 +137,7 @@ def pin_stack_text(text: str, lock: ImageLock) -> str | None:
         if not isinstance(found[1], yaml.MappingNode) or not found[1].value:
             raise LockError([f"line {found[0].start_mark.line + 1}: images.{key} must be a mapping"])
         edits += [_set(text, found[1], k, _scalar(v, quote=k == "tag")) for k, v in wanted.items()]
+    edits += _workload_edits(text, config, lock)
     out = text
     # from the end backwards so earlier offsets stay right; inserts at one place keep their order
     for _, edit in sorted(enumerate(edits), key=lambda pair: (pair[1].start, pair[0]), reverse=True):
@@ -124,4 +146,7 @@ def pin_stack_text(text: str, lock: ImageLock) -> str | None:
     expected = (f"{tessera}@{lock.digest(tessera)}", f"{scheduler}@{lock.digest(scheduler)}")
     if (pinned.tessera_image(), pinned.kube_scheduler_image()) != expected or not pinned.images.require_digests:
         raise LockError([f"pinning produced {pinned.tessera_image()}, {pinned.kube_scheduler_image()}; expected {', '.join(expected)}"])
+    unpinned = [w.name for w in pinned.workloads if w.image.digest is None]
+    if unpinned:
+        raise LockError([f"pinning left workload image(s) without a digest: {', '.join(unpinned)}"])
     return out

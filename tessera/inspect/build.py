@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from tessera.alloc import MILLI_PER_CORE, InvalidRequest, NodeState, PodRequest, node_state_from_k8s, parse_quantity, pod_request_from_k8s
 from tessera.alloc.kube_objects import container_resources
+from tessera.alloc.pod_requests import pod_requests
 from tessera.model.contract import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_APP_CLASS,
@@ -94,18 +95,13 @@ def _asks_tessera(pod: Mapping[str, Any]) -> bool:
 
 
 def nvidia_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """A pod's effective `nvidia.com/*` requests: max(sum over containers, any init container)."""
-    spec = pod.get("spec") or {}
-    total: dict[str, Decimal] = {}
-    for c in spec.get("containers") or []:
-        for key, value in container_resources(c).items():
-            if str(key).startswith(NVIDIA_RESOURCE_PREFIX):
-                total[key] = total.get(key, Decimal(0)) + _quantity(value)
-    for c in spec.get("initContainers") or []:
-        for key, value in container_resources(c).items():
-            if str(key).startswith(NVIDIA_RESOURCE_PREFIX):
-                total[key] = max(total.get(key, Decimal(0)), _quantity(value))
-    return {k: int(v) for k, v in total.items() if v > 0}
+    """A pod's effective `nvidia.com/*` requests, as kube-scheduler counts them (`pod_requests`:
+    app containers and sidecars summed, the largest init container phase if bigger, plus overhead)."""
+    try:
+        total = pod_requests(pod)
+    except InvalidRequest:
+        return {}  # the API server would not have admitted it; count nothing
+    return {k: int(v) for k, v in total.items() if k.startswith(NVIDIA_RESOURCE_PREFIX) and v > 0}
 
 
 def _quantity(value: object) -> Decimal:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import yaml
+
 from tessera.kube.api import Conflict, KubeApiError, KubeObject, NotFound, WatchEvent
 
 _MERGE_PATCH = "application/merge-patch+json"
@@ -31,6 +33,8 @@ class ClientSettings:
     kubeconfig: str | None = None
     context: str | None = None
     request_timeout_s: float = 10.0
+    kubeconfig_text: str | None = None
+    """The kubeconfig itself (a Pulumi secret), instead of a file; never written to disk."""
 
 
 def _translate(exc: Exception) -> KubeApiError:
@@ -69,6 +73,11 @@ class KubernetesClientApi:
         from kubernetes import client, config
 
         try:
+            if settings.kubeconfig_text is not None:
+                document = yaml.safe_load(settings.kubeconfig_text)
+                if not isinstance(document, dict):
+                    raise config.ConfigException("the kubeconfig text is not a YAML mapping")
+                return KubernetesClientApi(config.new_client_from_config_dict(document, context=settings.context), settings)
             if settings.kubeconfig is None and settings.context is None:
                 try:
                     config.load_incluster_config()
@@ -76,7 +85,7 @@ class KubernetesClientApi:
                 except config.ConfigException:
                     pass
             api_client = config.new_client_from_config(config_file=settings.kubeconfig, context=settings.context)
-        except (config.ConfigException, OSError) as exc:
+        except (config.ConfigException, OSError, yaml.YAMLError) as exc:
             raise KubeApiError(0, f"cannot load Kubernetes configuration: {exc}; pass --kubeconfig PATH or run in a pod") from exc
         return KubernetesClientApi(api_client, settings)
 

@@ -1,10 +1,13 @@
-"""Node labels and taints for `provider: existing`, where no node pool component sets them.
+"""Node labels and taints for `provider: existing`, as a script: the fallback without Pulumi.
 
-On TKE the node pool gives every node its pool's labels and GPU taint. On an existing cluster the
-nodes are already there, selected per pool by `nodeSelector`; this renders the `kubectl` commands
-that give them the same labels and taint (the same functions the TKE node pool uses), so the node
+On TKE the node pool gives every node its pool's labels and GPU taint; on an existing cluster
+`pulumi up` does it with server-side-apply node patches (`tessera_pulumi.node_patches`), and
+removes them again when a pool goes. Teams that apply `tessera render` output with kubectl or a
+GitOps tool instead of Pulumi get this script: the `kubectl` commands that give the nodes each
+pool's `nodeSelector` picks the same labels and taints (the same functions), so the node
 DaemonSet, gpu-operator and the extender see the same node as on TKE. Labels are node state, not
-objects a GitOps tool can own, hence a reviewed script instead of manifests.
+objects a GitOps tool can own, hence a reviewed script instead of manifests. It only adds: it
+does not remove the labels of a pool that was removed.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ def label_script(config: StackConfig, source: str) -> str | None:
     lines = [
         "#!/usr/bin/env bash",
         f"# Rendered by `tessera render` from {source}: node labels and taints of each pool (provider existing).",
-        "# Run once with a kubeconfig for the cluster, and again when nodes join a pool. Idempotent.",
+        "# Fallback for clusters `pulumi up` does not manage (Pulumi applies these itself, and removes them with the pool).",
+        "# Run once with a kubeconfig for the cluster, and again when nodes join a pool. Idempotent; it never removes labels.",
         "set -euo pipefail",
     ]
     for pool in sorted(config.node_pools, key=lambda p: p.name):

@@ -38,6 +38,7 @@ _KIND_ORDER: Final = (
     "DaemonSet",
     "CronJob",
     "Job",
+    "HorizontalPodAutoscaler",
     "PodDisruptionBudget",
     "NetworkPolicy",
     "MutatingWebhookConfiguration",

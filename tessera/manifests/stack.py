@@ -25,6 +25,7 @@ from tessera.manifests import (
     repartition,
     scheduler,
     webhook,
+    workloads,
 )
 from tessera.manifests.objects import KubeObject, sorted_objects
 from tessera.manifests.settings import PlatformSettings, platform_settings
@@ -33,8 +34,10 @@ if TYPE_CHECKING:
     from tessera.model.stack import StackConfig
 
 # Apply order. "platform" (namespace, priority classes, pools ConfigMap, quotas) comes first;
-# "monitoring" last because its ServiceMonitors and PrometheusRule need prometheus-operator's CRDs.
-COMPONENT_ORDER: Final = ("platform", "nvidia", "extender", "scheduler", "node", "webhook", "repartition", "monitoring")
+# "monitoring" after the components because its ServiceMonitors and PrometheusRule need prometheus-operator's CRDs;
+# "workloads" (the stack's inference services) last: their pods need the scheduler, the webhook and
+# the device plugins in place, and their PodMonitors the same CRDs.
+COMPONENT_ORDER: Final = ("platform", "nvidia", "extender", "scheduler", "node", "webhook", "repartition", "monitoring", "workloads")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def _nvidia_components(config: StackConfig) -> dict[str, list[KubeObject]]:
         "repartition": list(repartition.build_repartition_objects(config)),
         "webhook": list(webhook.build_webhook_objects(config)),
         "monitoring": monitoring.build_monitoring_objects(config),
+        "workloads": workloads.build_workload_objects(config),
     }
 
 
@@ -83,6 +87,8 @@ def build_stack(config: StackConfig) -> dict[str, list[KubeObject]]:
     groups = {**_sharing_components(settings), **_nvidia_components(config)}
     if any(o["kind"] == "Deployment" for o in groups["webhook"]):
         groups["webhook"].append(network.webhook_network_policy(settings))
+    # namespaces the workloads ask for come with Tessera's, before the quotas that may live in them
+    groups["platform"] = groups["platform"] + workloads.workload_namespaces(config)
     out: dict[str, list[KubeObject]] = {}
     for name in COMPONENT_ORDER:
         objects = groups.get(name, [])

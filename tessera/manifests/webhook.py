@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from tessera.model.pools import SharedPool
 from tessera.model.stack import StackConfig
-from tessera.model.contract import LABEL_NAMESPACE_QGPU_ALIASES, PRIORITY_CLASS_CRITICAL, QGPU_CORE, QGPU_MEMORY
+from tessera.model.contract import GPU_CORE, GPU_MEMORY, LABEL_NAMESPACE_QGPU_ALIASES, PRIORITY_CLASS_CRITICAL, QGPU_CORE, QGPU_MEMORY
 from tessera.manifests.kube_version import has_match_conditions
 from tessera.manifests.objects import (
     KubeObject,
@@ -54,12 +54,23 @@ ANNOTATION_SETTINGS_HASH: Final = "tessera.dev/webhook-settings-sha256"
 SYSTEM_NAMESPACES: Final = ("kube-node-lease", "kube-public", "kube-system")
 
 
+def _gpu_quotas(config: StackConfig) -> dict[str, dict[str, int]]:
+    """Namespace -> hard limit of the Tessera resources the webhook admits (the stack's `quotas`)."""
+    out: dict[str, dict[str, int]] = {}
+    for quota in config.quotas:
+        hard = {name: value for name, value in ((GPU_CORE, quota.gpu_core), (GPU_MEMORY, quota.gpu_memory_mib)) if value is not None}
+        if hard:
+            out[quota.namespace] = hard
+    return out
+
+
 def webhook_settings(config: StackConfig) -> WebhookSettings:
     shared = [p for p in config.node_pools if isinstance(p, SharedPool)]
     return WebhookSettings(
         shared_pools=frozenset(p.name for p in shared),
         qgpu_alias_pools=frozenset(p.name for p in shared if p.sharing.qgpu_aliases),
         tls=TlsSettings(namespace=config.namespace, service_name=NAME, secret_name=TLS_SECRET, webhook_configuration_name=NAME),
+        quotas=_gpu_quotas(config),
     )
 
 

@@ -4,8 +4,9 @@ Adapters only: decode (YAML / Pulumi config), map keys, validate with the model,
 """
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,6 +19,10 @@ from tessera.model.stack import StackConfig, is_stack_key
 
 NAMESPACE: Final = "tessera"
 REGION_KEY: Final = "tencentcloud:region"
+# Config namespaces that are not Tessera's but belong in a stack file: the providers the program
+# uses and Pulumi itself (pulumi:template, pulumi:tags, ...). Every other namespace is a mistake:
+# Pulumi would hand the value to no one, so the key is reported instead of silently dropped.
+PROVIDER_NAMESPACES: Final = ("tencentcloud", "kubernetes", "pulumi")
 # tencentcloud provider keys that carry credentials: only ever as Pulumi secrets (or env vars)
 SECRET_PROVIDER_KEYS: Final = ("tencentcloud:secretId", "tencentcloud:secretKey", "tencentcloud:securityToken")
 
@@ -97,12 +102,63 @@ def _read(path: Path) -> Any:
         raise ConfigError([Problem("", f"YAML syntax error{where}: {reason}")]) from None
 
 
+def _namespace_problem(key: str, tessera_keys: Iterable[str]) -> Problem | None:
+    """Why ``key`` (as written in the stack file) is nobody's config; None when it belongs to Tessera,
+    a provider or Pulumi. A misspelt namespace (``tesera:quotas``) is matched against Tessera's keys."""
+    namespace, colon, name = key.partition(":")
+    if colon and namespace and name and namespace in (NAMESPACE, *PROVIDER_NAMESPACES):
+        return None
+    if not colon or not namespace or not name:
+        # Pulumi's config.ParseKey refuses these too ("configuration keys should be of the form <namespace>:<name>")
+        return Problem(key, f"not a config key: write <namespace>:<name>, e.g. {NAMESPACE}:{key.strip(':') or 'nodePools'}")
+    known = [f"{NAMESPACE}:{k}" for k in tessera_keys]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8) or difflib.get_close_matches(
+        namespace, [NAMESPACE, *PROVIDER_NAMESPACES], n=1, cutoff=0.6
+    )
+    hint = f"did you mean {close[0] if ':' in close[0] else close[0] + ':' + name!r}? " if close else ""
+    allowed = ", ".join(f"{ns}:*" for ns in PROVIDER_NAMESPACES)
+    return Problem(key, f"unknown config namespace {namespace!r} ({hint}Tessera reads {NAMESPACE}:*; {allowed} belong to the providers and Pulumi)")
+
+
+def namespace_problems(keys: Iterable[str]) -> list[Problem]:
+    """One Problem per config key outside the tessera, tencentcloud, kubernetes and pulumi namespaces."""
+    tessera_keys = [info.alias or name for name, info in StackConfig.model_fields.items() if name != "region"]
+    found = (_namespace_problem(str(key), tessera_keys) for key in keys)
+    return [problem for problem in found if problem is not None]
+
+
+def select_engine_config(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What `from_pulumi_mapping` takes, from every config value the Pulumi engine gave the program:
+    each `tessera:*` key without its prefix (so misspelt keys are reported, not ignored) and `region`
+    for `tencentcloud:region`. Keys of unknown namespaces raise ConfigError (all of them at once, with
+    the problems of the Tessera keys)."""
+    selected: dict[str, Any] = {}
+    for key, value in sorted(raw.items()):
+        if key == REGION_KEY:
+            selected["region"] = value
+        elif key.startswith(NAMESPACE + ":"):
+            selected[key.removeprefix(NAMESPACE + ":")] = value  # JSON text is decoded by from_pulumi_mapping
+    problems = namespace_problems(raw)
+    if problems:
+        raise ConfigError(problems + _model_problems(selected))
+    return selected
+
+
+def _model_problems(mapping: Mapping[str, Any]) -> list[Problem]:
+    try:
+        from_pulumi_mapping(mapping)
+    except ConfigError as error:
+        return error.problems
+    return []
+
+
 def stack_mapping(document: Any) -> dict[str, Any]:
-    """The ``tessera:`` keys of a stack document (prefix removed) plus ``region``; ConfigError if malformed."""
+    """The ``tessera:`` keys of a stack document (prefix removed) plus ``region``; ConfigError if malformed
+    or when a key is in no namespace Tessera, its providers or Pulumi read."""
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise ConfigError([Problem("", "not a Pulumi stack file: expected a top-level 'config:' mapping")])
     mapping: dict[str, Any] = {}
-    problems: list[Problem] = []
+    problems: list[Problem] = namespace_problems(str(key) for key in document["config"])
     for key, value in document["config"].items():
         namespace, _, name = str(key).partition(":")
         if key == REGION_KEY:
@@ -115,7 +171,7 @@ def stack_mapping(document: Any) -> dict[str, Any]:
     if secret_key is not None and secret_key in mapping and not _is_secure(mapping[secret_key]):
         problems.append(Problem(f"{NAMESPACE}:{secret_key}", f"must be a Pulumi secret: run `pulumi config set --secret {NAMESPACE}:{secret_key} \"$(cat kubeconfig)\"`"))
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(problems + _model_problems(mapping))
     return mapping
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tessera.model.mig import MigStrategy, cluster_mig_strategy, mig_replicas, mig_resources, resolve_layout
+from tessera.model.capacity import node_capacity, pools_mig_strategy
+from tessera.model.mig import MigStrategy, mig_replicas, resolve_layout
 from tessera.model.plan_monitoring import KUBE_PROMETHEUS_STACK, monitoring_lines
+from tessera.model.plan_workloads import WorkloadPlan, plan_workloads
 from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeslicePool
 from tessera.model.stack import StackConfig
-from tessera.model.contract import CORE_PER_GPU, GPU_CORE, GPU_MEMORY, NVIDIA_GPU
+from tessera.model.contract import NVIDIA_GPU
 
 # in-cluster components, by the name `tessera plan` shows
 NVIDIA_DEVICE_PLUGIN: Final = "nvidia-device-plugin"
@@ -110,6 +112,7 @@ class StackPlan:
     cluster_components: tuple[str, ...]
     quotas: dict[str, dict[str, str]] = field(default_factory=dict)
     monitoring: tuple[str, ...] = ()
+    workloads: tuple[WorkloadPlan, ...] = ()
 
     @property
     def nodes(self) -> Range:
@@ -155,6 +158,7 @@ class StackPlan:
             "clusterComponents": list(self.cluster_components),
             "quotas": self.quotas,
             "monitoring": list(self.monitoring),
+            "workloads": [w.to_json() for w in self.workloads],
         }
 
 
@@ -170,7 +174,7 @@ def _layout_text(layout: int | str | dict[str, int], pool: PoolBase) -> str:
 
 def stack_mig_strategy(cfg: StackConfig) -> MigStrategy:
     """gpu-operator's one MIG strategy for this stack (`mixed` when any mig pool is mixed)."""
-    return cluster_mig_strategy(p.mig.strategy for p in cfg.node_pools if isinstance(p, MigPool))
+    return pools_mig_strategy(cfg.node_pools)
 
 
 def _kind_plan(pool: PoolBase, cfg: StackConfig) -> tuple[dict[str, int], list[str], list[str]]:
@@ -184,26 +188,30 @@ def _kind_plan(pool: PoolBase, cfg: StackConfig) -> tuple[dict[str, int], list[s
             details.append(f"at most {sharing.shares_per_gpu} containers per GPU")
         if sharing.qgpu_aliases:
             details.append("accepts qGPU resource names")
-        capacity = {GPU_CORE: CORE_PER_GPU * gpus, GPU_MEMORY: model.memory_mib * gpus}
-        return capacity, details, [TESSERA_DEVICE_PLUGIN, TESSERA_NODE_AGENT, *dcgm]
+        return node_capacity(pool, stack_mig_strategy(cfg)), details, [TESSERA_DEVICE_PLUGIN, TESSERA_NODE_AGENT, *dcgm]
     if isinstance(pool, MigPool):
         # resource names follow gpu-operator's one cluster-wide strategy, not the pool's own
         strategy = stack_mig_strategy(cfg)
         counts = resolve_layout(model, pool.mig.profile) or {}
-        resources = mig_resources(strategy, counts)
         replicas = mig_replicas(pool.mig.strategy, strategy, counts, pool.time_slicing.replicas if pool.time_slicing else None)
-        per_gpu = [counts[name] for name in counts] if strategy == "mixed" else [next(iter(counts.values()), 0)]
-        capacity = {res: n * gpus * replicas.get(res, 1) for res, n in zip(resources, per_gpu, strict=True)}
         details = [f"MIG {strategy}: per GPU " + ", ".join(f"{k} x{v}" for k, v in counts.items()), f"{sum(counts.values()) * gpus} MIG slices per node"]
         if strategy != pool.mig.strategy:
             details.append(f"pool asks for {pool.mig.strategy}; gpu-operator runs {strategy} cluster-wide (another mig pool is {strategy})")
         details += [f"time-slicing {res} x{n}" for res, n in replicas.items()]
         plugin = NVIDIA_DEVICE_PLUGIN_TIME_SLICING if replicas else NVIDIA_DEVICE_PLUGIN
-        return capacity, details, [plugin, MIG_MANAGER, *dcgm]
+        return node_capacity(pool, strategy), details, [plugin, MIG_MANAGER, *dcgm]
     if isinstance(pool, TimeslicePool):
         per_gpu_replicas = pool.time_slicing.replicas_for((NVIDIA_GPU,))[NVIDIA_GPU]
-        return {NVIDIA_GPU: gpus * per_gpu_replicas}, [f"time-slicing x{per_gpu_replicas} per GPU (no isolation)"], [NVIDIA_DEVICE_PLUGIN_TIME_SLICING, *dcgm]
-    return {NVIDIA_GPU: gpus}, ["whole GPUs, exclusive"], [NVIDIA_DEVICE_PLUGIN, *dcgm]
+        return node_capacity(pool, stack_mig_strategy(cfg)), [f"time-slicing x{per_gpu_replicas} per GPU (no isolation)"], [NVIDIA_DEVICE_PLUGIN_TIME_SLICING, *dcgm]
+    return node_capacity(pool, stack_mig_strategy(cfg)), ["whole GPUs, exclusive"], [NVIDIA_DEVICE_PLUGIN, *dcgm]
+
+
+def _software_detail(pool: PoolBase) -> str:
+    """What TKE installs on the pool's nodes: one whole catalog record, flagged when unconfirmed."""
+    software = pool.gpu_software()
+    driver = "custom driver" if pool.gpu_driver.custom_driver_url else f"driver {software.driver.version}"
+    text = f"TKE installs {driver} + CUDA {software.cuda.version} + cuDNN {software.cudnn.version}"
+    return text if software.confirmed else text + " (not in the TencentCloud provider's docs; see docs/nvidia-pools.md)"
 
 
 def plan_pool(pool: PoolBase, cfg: StackConfig) -> PoolPlan:
@@ -211,6 +219,8 @@ def plan_pool(pool: PoolBase, cfg: StackConfig) -> PoolPlan:
     gpus = pool.gpus_per_node()
     nodes = Range(pool.min_size, pool.desired, pool.max_size)
     capacity, details, components = _kind_plan(pool, cfg)
+    if not cfg.cluster.is_existing:
+        details = [*details, _software_detail(pool)]
     schedule = tuple(
         ScheduledLayout(e.name or f"#{i}", e.cron, e.timezone, _layout_text(e.layout, pool)) for i, e in enumerate(pool.repartition)
     )
@@ -254,4 +264,5 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
         cluster_components=tuple(cluster),
         quotas={q.namespace: q.hard() for q in cfg.quotas},
         monitoring=monitoring_lines(cfg),
+        workloads=plan_workloads(cfg),
     )

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from tessera.model.base import ConfigModel
-from tessera.model.catalog import GpuModelSpec, GpuSoftware, default_gpu_software, gpu_model, instance_type
+from tessera.model.catalog import GpuModelSpec, GpuSoftware, default_gpu_software, gpu_model, instance_type, matching_software
 from tessera.model.values import CronExpression, DnsLabel, HttpUrl, LabelKey, Labels, MigLayout, RepartitionLayout, Replicas, Version
 from tessera.model.contract import GpuPlacement, PoolKind, SharingPolicy
 
@@ -27,12 +27,25 @@ class Taint(ConfigModel):
 
 
 class GpuDriverConfig(ConfigModel):
-    """GPU software TKE installs on the pool's nodes; unset fields take the catalog default for the GPU."""
+    """GPU software TKE installs on the pool's nodes: one driver/CUDA/cuDNN combination of the catalog.
 
-    driver: Version | None = Field(default=None, description="NVIDIA driver version, e.g. \"535.161.07\". Default: per GPU architecture from the catalog.")
-    cuda: Version | None = Field(default=None, description="CUDA version, e.g. \"12.2.2\". Default: from the catalog.")
-    cudnn: Version | None = Field(default=None, description="cuDNN version, e.g. \"8.9.4\". Default: from the catalog.")
-    custom_driver_url: HttpUrl | None = Field(default=None, description="URL of a custom driver package; TKE installs it instead of `driver`.")
+    Give the versions of the combination you want (any subset); the pool gets the catalog record
+    that has them all, with the installer file names TKE takes. Nothing set: the catalog default
+    for the GPU. A combination TKE does not offer is refused at preview with the nearest ones.
+    """
+
+    driver: Version | None = Field(default=None, description="NVIDIA driver version, e.g. \"535.161.07\". Default: per GPU model from the catalog.")
+    cuda: Version | None = Field(default=None, description="CUDA version, e.g. \"12.2.2\". Default: the catalog record's.")
+    cudnn: Version | None = Field(default=None, description="cuDNN version, e.g. \"8.9.4\". Default: the catalog record's.")
+    custom_driver_url: HttpUrl | None = Field(default=None, description="URL of a custom driver package; TKE installs it instead of a catalog driver (then `driver` must be unset; CUDA and cuDNN still come from the catalog).")
+
+    def chosen(self, model: GpuModelSpec) -> list[GpuSoftware]:
+        """Catalog records that fit the versions given and support ``model``, the default first."""
+        driver = None if self.custom_driver_url else self.driver
+        found = [r for r in matching_software(driver, self.cuda, self.cudnn) if r.supports(model)]
+        default = default_gpu_software(model)
+        newest_first = sorted(found, key=lambda r: r.driver_key, reverse=True)
+        return sorted(newest_first, key=lambda r: r != default)
 
 
 class SystemDisk(ConfigModel):
@@ -103,7 +116,7 @@ class PoolBase(ConfigModel):
     desired_size: int | None = Field(default=None, ge=0, le=2000, description="Nodes to start with; default minSize.")
     labels: Labels = Field(default_factory=dict, description="Extra node labels (Tessera adds tessera.dev/pool, tessera.dev/pool-kind and gputype itself).")
     taints: list[Taint] = Field(default_factory=list, description="Extra node taints (Tessera adds the tessera.dev/gpu taint itself).")
-    node_selector: Labels = Field(default_factory=dict, description="Provider existing only: labels that select this pool's existing nodes.")
+    node_selector: Labels = Field(default_factory=dict, description="Provider existing only: labels you own that select this pool's existing nodes (not labels Tessera sets); `pulumi up` gives those nodes the pool's labels and taints with server-side-apply node patches and removes them when the pool goes.")
     zones: list[str] = Field(default_factory=list, description="Provider tke: zones (of cluster.subnets) to place nodes in; default all.")
     gpu_driver: GpuDriverConfig = Field(default_factory=GpuDriverConfig, description="Driver/CUDA/cuDNN overrides (provider tke).")
     system_disk: SystemDisk = Field(default_factory=SystemDisk, description="System disk of each node (provider tke).")
@@ -135,13 +148,12 @@ class PoolBase(ConfigModel):
         return spec.gpu_count
 
     def gpu_software(self) -> GpuSoftware:
-        """Driver/CUDA/cuDNN versions for TKE's gpu_args: catalog defaults overridden by gpuDriver."""
-        default = default_gpu_software(self.gpu_spec())
-        return GpuSoftware(
-            driver=self.gpu_driver.driver or default.driver,
-            cuda=self.gpu_driver.cuda or default.cuda,
-            cudnn=self.gpu_driver.cudnn or default.cudnn,
-        )
+        """The catalog's driver/CUDA/cuDNN record for TKE's gpu_args (valid after StackConfig validation):
+        the one gpuDriver names, else the default for the GPU model."""
+        chosen = self.gpu_driver.chosen(self.gpu_spec())
+        if not chosen:
+            raise LookupError(f"pool {self.name}: no catalog driver/CUDA/cuDNN combination fits gpuDriver")
+        return chosen[0]
 
 
 class NvidiaPool(PoolBase):

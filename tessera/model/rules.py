@@ -11,15 +11,17 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from tessera.model.capacity import node_capacity, pools_mig_strategy
 from tessera.model.catalog import instance_type
 from tessera.model.cluster import EXISTING_ONLY_FIELDS, TKE_ONLY_FIELDS, ClusterConfig
 from tessera.model.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
-from tessera.model.mig import cluster_mig_strategy, mig_resources, resolve_layout
 from tessera.model.platform import GpuOperatorConfig, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig
-from tessera.model.pools import MigPool, PoolBase
+from tessera.model.pools import PoolBase
 from tessera.model.problems import Problem, at
 from tessera.model.rules_monitoring import monitoring_problems
 from tessera.model.rules_pools import pool_problems, unique_name_problems
+from tessera.model.rules_workloads import workload_problems
+from tessera.model.workloads import Workload
 
 
 class Stack(Protocol):
@@ -43,6 +45,8 @@ class Stack(Protocol):
     def namespace(self) -> str: ...
     @property
     def scheduler(self) -> SchedulerConfig: ...
+    @property
+    def workloads(self) -> Sequence[Workload]: ...
 
 
 REGION_KEY: Final = "tencentcloud:region"
@@ -177,17 +181,15 @@ def _scheduler_skew_problems(cfg: Stack) -> list[Problem]:
 
 def _offered_resources(pools: list[PoolBase]) -> set[str]:
     offered = {GPU_CORE, GPU_MEMORY, NVIDIA_GPU}
-    mig_pools = [pool for pool in pools if isinstance(pool, MigPool)]
     # gpu-operator runs one MIG strategy for the whole cluster: a `single` pool in a mixed cluster
-    # offers nvidia.com/mig-<profile>, not nvidia.com/gpu
-    strategy = cluster_mig_strategy(pool.mig.strategy for pool in mig_pools)
-    for pool in mig_pools:
+    # offers nvidia.com/mig-<profile>, not nvidia.com/gpu; time-sliced resources renamed by default
+    # are <name>.shared (tessera.model.capacity)
+    strategy = pools_mig_strategy(pools)
+    for pool in pools:
         try:
-            model = pool.gpu_spec()
+            offered.update(node_capacity(pool, strategy))
         except LookupError:
             continue
-        counts = resolve_layout(model, pool.mig.profile) or {}
-        offered.update(mig_resources(strategy, counts))
     return offered
 
 
@@ -238,8 +240,13 @@ def check_stack(cfg: Stack, is_stack_key: Callable[[str], bool]) -> list[Problem
     own setting names (a kubeconfig secret must not be named like one)."""
     out = _existing_problems(cfg, is_stack_key) if cfg.cluster.is_existing else _tke_problems(cfg)
     pools: list[PoolBase] = list(cfg.node_pools)
+    broken: set[str] = set()  # pools with problems of their own: the workloads on them are not judged
     for i, pool in enumerate(pools):
-        out += pool_problems(pool, i, cfg.cluster)
+        problems = pool_problems(pool, i, cfg.cluster)
+        if problems:
+            broken.add(pool.name)
+        out += problems
     out += unique_name_problems(pools)
     out += _platform_problems(cfg, is_stack_key)
+    out += workload_problems(cfg, frozenset(broken))
     return out

@@ -4,10 +4,10 @@ from __future__ import annotations
 import difflib
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from tessera.model.catalog import GPU_MODELS, INSTANCE_TYPES, GpuModelSpec, gpu_model, instance_type
+from tessera.model.catalog import GPU_MODELS, GPU_SOFTWARE, INSTANCE_TYPES, GpuModelSpec, GpuSoftware, gpu_model, instance_type, matching_software, nearest_software
 from tessera.model.cluster import ClusterConfig
 from tessera.model.mig import layout_problems, mig_resources, resolve_layout
-from tessera.model.pools import MigPool, PoolBase, RepartitionEntry, SharedPool, TimeSlicingConfig, TimeslicePool
+from tessera.model.pools import GpuDriverConfig, MigPool, PoolBase, RepartitionEntry, SharedPool, TimeSlicingConfig, TimeslicePool
 from tessera.model.problems import PathPart, Problem, at
 from tessera.model.contract import NVIDIA_GPU
 
@@ -59,7 +59,12 @@ def _provider_problems(pool: PoolBase, p: tuple[PathPart, ...], cluster: Cluster
         if pool.user_set(field):
             out.append(Problem(at(*p, key), "only applies to provider tke; on an existing cluster a pool selects existing nodes with nodeSelector"))
     if not pool.node_selector:
-        out.append(Problem(at(*p, "nodeSelector"), "is required on provider existing: the labels that select this pool's nodes, e.g. {tessera.dev/pool: " + pool.name + "}"))
+        out.append(Problem(at(*p, "nodeSelector"), "is required on provider existing: labels you own that select this pool's nodes, e.g. {node.kubernetes.io/instance-type: gn7.2xlarge32}"))
+    for key in pool.node_selector:
+        if _reserved(key) or key in pool.labels:
+            # Tessera's node patch sets these labels itself: selecting by them would keep a node in
+            # the pool after the pool is removed, and a pool could never let a node go
+            out.append(Problem(at(*p, "nodeSelector", key), "is a label Tessera (or this pool's labels) sets on the pool's nodes, so it cannot also select them; select by a label you own, e.g. node.kubernetes.io/instance-type, kubernetes.io/hostname or one your provisioning sets"))
     for key, value in (("gpuModel", pool.gpu_model), ("gpuCount", pool.gpu_count)):
         if value is None:
             out.append(Problem(at(*p, key), "is required on provider existing (there is no instance type to derive it from)"))
@@ -177,6 +182,38 @@ def _layout_entry_problems(pool: PoolBase, model: GpuModelSpec | None, entry: Re
     return []
 
 
+def _asked(gpu: GpuDriverConfig) -> str:
+    parts = [f"{what} {version}" for what, version in (("driver", gpu.driver), ("CUDA", gpu.cuda), ("cuDNN", gpu.cudnn)) if version is not None]
+    return " + ".join(parts) if parts else "the catalog default"
+
+
+def _choices(records: list[GpuSoftware]) -> str:
+    return "; ".join(r.label() + ("" if r.confirmed else " (unconfirmed)") for r in records)
+
+
+def gpu_software_problems(pool: PoolBase, model: GpuModelSpec, cluster: ClusterConfig, p: tuple[PathPart, ...]) -> list[Problem]:
+    """The pool's driver/CUDA/cuDNN must be one whole catalog record that supports its GPU (provider tke)."""
+    gpu = pool.gpu_driver
+    q = (*p, "gpuDriver")
+    if gpu.custom_driver_url and gpu.driver is not None:
+        return [Problem(at(*q, "driver"), "customDriverUrl replaces the catalog driver; remove driver (CUDA and cuDNN still come from the catalog)")]
+    driver = None if gpu.custom_driver_url else gpu.driver
+    offered = matching_software(driver, gpu.cuda, gpu.cudnn)
+    if not offered:
+        nearest = nearest_software(driver, gpu.cuda, gpu.cudnn, tuple(r for r in GPU_SOFTWARE if r.supports(model)) or GPU_SOFTWARE)
+        return [Problem(at(*q), f"{_asked(gpu)} is not a combination TKE offers; nearest: {_choices(nearest)}")]
+    chosen = gpu.chosen(model)
+    if not chosen:
+        fitting = [r for r in GPU_SOFTWARE if r.supports(model)]
+        nearest = nearest_software(driver, gpu.cuda, gpu.cudnn, tuple(fitting))
+        return [Problem(at(*q), f"{_choices(offered)} does not support {model.name} ({model.architecture}); offered for {model.name}: {_choices(nearest)}")]
+    record = chosen[0]
+    if record.node_os_prefix and not cluster.node_os.startswith(record.node_os_prefix):
+        others = [r for r in chosen if not r.node_os_prefix] or [r for r in GPU_SOFTWARE if r.supports(model) and not r.node_os_prefix]
+        return [Problem(at(*q), f"cuDNN {record.cudnn.version} comes as Debian packages ({record.cudnn.name}), which need a {record.node_os_prefix} node image, not cluster.nodeOs {cluster.node_os}; choose {_choices(others[:3])}")]
+    return []
+
+
 def pool_problems(pool: PoolBase, index: int, cluster: ClusterConfig) -> list[Problem]:
     """Every problem of one pool (except uniqueness, which needs all pools)."""
     p: tuple[PathPart, ...] = ("nodePools", index)
@@ -196,6 +233,8 @@ def pool_problems(pool: PoolBase, index: int, cluster: ClusterConfig) -> list[Pr
     if isinstance(pool, TimeslicePool):
         out += time_slicing_problems(pool.time_slicing, (NVIDIA_GPU,), (*p, "timeSlicing", "replicas"))
     out += _repartition_problems(pool, model, p)
+    if model is not None and not cluster.is_existing:
+        out += gpu_software_problems(pool, model, cluster, p)
     return out
 
 

@@ -17,6 +17,7 @@ from tessera.model.pools import NodePool, PoolBase
 from tessera.model.problems import SemanticErrors
 from tessera.model.rules import check_stack
 from tessera.model.values import DnsLabel
+from tessera.model.workloads import Workload
 from tessera.model.contract import PoolKind
 
 
@@ -33,6 +34,7 @@ class StackConfig(ConfigModel):
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig, description="Metrics.")
     webhook: WebhookConfig = Field(default_factory=WebhookConfig, description="Mutating admission webhook.")
     namespace: DnsLabel = Field(default="tessera-system", description="Namespace of Tessera's in-cluster components.")
+    workloads: list[Workload] = Field(default_factory=list, description="Inference services on GPU shares: Deployment, Service, HPA on a custom metric, prometheus-adapter rule (docs/workloads.md).")
 
     @model_validator(mode="after")
     def _check_semantics(self) -> StackConfig:

@@ -62,13 +62,7 @@ class ServerSettings:
     idle_timeout_s: float = 120.0
 
     def limits(self) -> HttpLimits:
-        return HttpLimits(
-            max_body_bytes=self.max_body_bytes,
-            max_connections=self.max_connections,
-            backlog=self.backlog,
-            request_timeout_s=self.request_timeout_s,
-            idle_timeout_s=self.idle_timeout_s,
-        )
+        return HttpLimits.of(self)
 
 
 class ExtenderCore(Protocol):

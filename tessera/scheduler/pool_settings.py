@@ -1,7 +1,7 @@
 """Which pool settings the extender applies to a node: its labels or the pools file, latest edit wins.
 
 Both sources are rendered from the same stack config, so they disagree only while an edit rolls
-out (on `provider: existing` the labels change only when `nodes/label-nodes.sh` is re-run) or
+out (on `provider: existing` the labels change when `pulumi up` re-applies the node patches) or
 when scheduled re-partitioning relabels nodes (`tessera.dev/max-shares-per-gpu`) without touching
 the pools file. So per node and setting, the value edited last wins; values present when the
 extender starts (or when a node first appears) count as equally old, and then the pools file

@@ -12,11 +12,14 @@ Pure: no I/O, no clock. The HTTP server (`tessera.webhook.server`) decodes the b
    kube-scheduler filters every shared node out before the extender is asked).
 3. The annotation `tessera.dev/allocation-configmap` and, in every GPU container, env entries
    read from that ConfigMap (`<container>.<KEY>`), which the extender writes at bind.
-4. A request that cannot be scheduled correctly is rejected with a message saying what to change.
+4. A request that cannot be scheduled correctly is rejected with a message saying what to change,
+   and so is one that cannot fit its namespace's GPU quota, counted as kube-scheduler and
+   ResourceQuota count it (`tessera.webhook.quota`).
 """
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -27,7 +30,9 @@ from typing import Any, Final
 from tessera.kube.shape import STRING, ShapeError, Struct, check_pod
 from tessera.model import contract
 from tessera.model.allocation_record import CONFIGMAP_PREFIX as ALLOCATION_CONFIGMAP_PREFIX
+from tessera.alloc.model import InvalidRequest
 from tessera.webhook.quantity import QuantityError, parse_whole_quantity
+from tessera.webhook.quota import admission_problem, init_container_problem
 from tessera.webhook.settings import WebhookSettings
 
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
@@ -107,6 +112,7 @@ def review(body: Any, settings: WebhookSettings, *, namespace_opted_in: bool) ->
             request_uid=uid,
             settings=settings,
             namespace_opted_in=namespace_opted_in,
+            namespace=request.get("namespace") if isinstance(request.get("namespace"), str) else None,
         )
     except PodRejected as exc:
         return _wrap(_deny(response, str(exc)))
@@ -119,14 +125,16 @@ def review(body: Any, settings: WebhookSettings, *, namespace_opted_in: bool) ->
 
 
 def mutate_pod(
-    pod: Mapping[str, Any], *, request_uid: str, settings: WebhookSettings, namespace_opted_in: bool
+    pod: Mapping[str, Any], *, request_uid: str, settings: WebhookSettings, namespace_opted_in: bool, namespace: str | None = None
 ) -> Mutation:
-    """The JSONPatch for one pod being created; raises PodRejected with the user-facing reason."""
+    """The JSONPatch for one pod being created; raises PodRejected with the user-facing reason.
+    `namespace`: the AdmissionRequest's (default: the pod's metadata.namespace), for quota admission."""
     spec = pod.get("spec") or {}
     map_aliases = alias_mapping_applies(pod, settings, namespace_opted_in=namespace_opted_in)
     patch: list[JsonPatchOp] = []
     warnings: list[str] = []
     gpu_containers: list[tuple[str, int, Mapping[str, Any]]] = []
+    stored = copy.deepcopy(dict(pod))  # the pod as it will be stored: qGPU names mapped
     for section in _CONTAINER_SECTIONS:
         for index, container in enumerate(spec.get(section) or []):
             name = str(container.get("name", ""))
@@ -141,6 +149,7 @@ def mutate_pod(
                     )
                     continue
                 limits, requests = _map_qgpu(name, limits), _map_qgpu(name, requests)
+                stored["spec"][section][index]["resources"] = {"limits": limits, "requests": requests}
                 base = f"/spec/{section}/{index}/resources"
                 if limits:
                     patch.append({"op": "add", "path": f"{base}/limits", "value": limits})
@@ -150,13 +159,16 @@ def mutate_pod(
                 if section == "initContainers":
                     # The extender allocates GPUs to app containers only; an init container's
                     # env would name keys that never appear, and it would wait forever.
-                    raise PodRejected(
-                        f"init container {name!r} asks for Tessera GPU resources; Tessera gives GPU shares to "
-                        "app containers only: move the GPU step into a container (or a separate Job)"
-                    )
+                    raise PodRejected(init_container_problem(name, container))
                 gpu_containers.append((section, index, container))
     if not gpu_containers:
         return Mutation(tuple(patch), tuple(warnings))
+    try:
+        problem = admission_problem(stored, namespace or (pod.get("metadata") or {}).get("namespace"), settings.quotas)
+    except InvalidRequest as exc:  # a quantity kube-apiserver would not have accepted either
+        raise PodRejected(str(exc)) from None
+    if problem is not None:
+        raise PodRejected(problem)
     patch.extend(_scheduler_name_patch(spec, settings.scheduler_name))
     patch.extend(_toleration_patch(spec, SHARED_GPU_TOLERATION))
     configmap = _allocation_configmap_name(pod, request_uid)

@@ -69,13 +69,7 @@ class ServerSettings:
     would reject a pod, the webhook fails closed)."""
 
     def limits(self) -> HttpLimits:
-        return HttpLimits(
-            max_body_bytes=self.max_body_bytes,
-            max_connections=self.max_connections,
-            backlog=self.backlog,
-            request_timeout_s=self.request_timeout_s,
-            idle_timeout_s=self.idle_timeout_s,
-        )
+        return HttpLimits.of(self)
 
 
 class WebhookHttpServer(HardenedHTTPServer):

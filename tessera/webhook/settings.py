@@ -60,6 +60,9 @@ class WebhookSettings:
     """Shared pools that accept `tke.cloud.tencent.com/qgpu-*` names (default: none, opt-in)."""
     tls: TlsSettings | None = None
     """None when serving with a certificate from files (tests, cert-manager users)."""
+    quotas: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Namespace -> hard limit per Tessera resource (`tessera.dev/gpu-core`, `tessera.dev/gpu-memory`),
+    the stack's `quotas` (default: none). A pod whose own request exceeds it is refused."""
 
     def aliases_for_unpinned_pods(self) -> bool:
         """A pod that names no pool may land on any shared pool, so its qGPU names can only be
@@ -72,6 +75,8 @@ class WebhookSettings:
             "sharedPools": sorted(self.shared_pools),
             "qgpuAliasPools": sorted(self.qgpu_alias_pools),
         }
+        if self.quotas:
+            out["quotas"] = {ns: dict(sorted(hard.items())) for ns, hard in sorted(self.quotas.items())}
         if self.tls is not None:
             out["tls"] = {
                 "namespace": self.tls.namespace,
@@ -100,6 +105,7 @@ class WebhookSettings:
                 shared_pools=frozenset(str(p) for p in data.get("sharedPools", [])),
                 qgpu_alias_pools=frozenset(str(p) for p in data.get("qgpuAliasPools", [])),
                 tls=tls,
+                quotas=_quotas(data.get("quotas", {})),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SettingsError(f"webhook settings: missing or malformed key {exc}") from exc
@@ -110,6 +116,18 @@ class WebhookSettings:
                 "only shared pools can accept qGPU names"
             )
         return settings
+
+
+def _quotas(data: Any) -> dict[str, dict[str, int]]:
+    if not isinstance(data, dict) or not all(isinstance(hard, dict) for hard in data.values()):
+        raise ValueError("quotas must map namespaces to {resource: limit}")
+    out: dict[str, dict[str, int]] = {}
+    for namespace, hard in data.items():
+        for resource, limit in hard.items():
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+                raise ValueError(f"quotas.{namespace}.{resource} must be a whole number >= 0, got {limit!r}")
+        out[str(namespace)] = {str(k): int(v) for k, v in hard.items()}
+    return out
 
 
 def load_settings(path: Path) -> WebhookSettings:

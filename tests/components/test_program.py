@@ -102,8 +102,9 @@ def test_gpu_args_carry_catalog_driver_and_mig_mode(tke_stack: tuple[StackConfig
     for pool in config.node_pools:
         gpu_args = pools[pool.name]["nodeConfig"]["gpuArgs"]
         software = pool.gpu_software()
-        assert gpu_args["driver"]["version"] == software.driver
-        assert gpu_args["cuda"]["version"] == software.cuda
+        assert gpu_args["driver"] == {"version": software.driver.version, "name": software.driver.name}
+        assert gpu_args["cuda"] == {"version": software.cuda.version, "name": software.cuda.name}
+        assert gpu_args["cudnn"]["name"] == software.cudnn.name
         assert gpu_args["migEnable"] is (pool.kind == "mig")
     assert "gpuArgs" not in (pools["system"].get("nodeConfig") or {})
 
@@ -309,6 +310,9 @@ BAD_CONFIGS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("misspelt key", lambda c: c.update({"tessera:nodepools": c.pop("tessera:nodePools")}), "nodepools"),
     ("min above max", lambda c: c["tessera:nodePools"][0].update(minSize=3, maxSize=1), "nodePools[0].maxSize"),
     ("world-open endpoint", lambda c: c["tessera:cluster"]["endpoint"].update(allowedCidrs=["0.0.0.0/0"]), "cluster.endpoint.allowedCidrs[0]"),
+    # a misspelt namespace used to drop the quotas silently while validation said ok
+    ("misspelt namespace", lambda c: c.update({"tesera:quotas": c.pop("tessera:quotas")}), "tesera:quotas: unknown config namespace 'tesera' (did you mean 'tessera:quotas'?"),
+    ("foreign namespace", lambda c: c.update({"foo:bar": "1"}), "foo:bar: unknown config namespace 'foo'"),
 ]
 
 
@@ -321,6 +325,13 @@ def test_bad_config_stops_the_program_before_any_resource(case: str, mutate: Cal
     assert mocks.resources == []
     assert any(line.startswith(path) for line in errors), errors
     assert "Traceback" not in str(failure)
+
+
+def test_provider_and_pulumi_config_keys_reach_no_validation_error() -> None:
+    config = _engine_config("dev") | {"kubernetes:enableServerSideApply": "true", "pulumi:tags": json.dumps({"team": "gpu"})}
+    mocks, errors, failure = _run_main(config)
+    assert failure is None and errors == []
+    assert mocks.resources
 
 
 def test_load_config_logs_every_problem_as_path_and_message() -> None:

@@ -181,7 +181,15 @@ def test_a_broken_stack_fails_first_with_its_path_even_without_pulumi(bin_dir: P
     assert not fake_curl.exists()
 
 
-def test_the_real_validate_reports_a_broken_stack_before_the_cli_check(bin_dir: Path, tmp_path: Path) -> None:
+BROKEN_DEV_STACKS = [
+    ("policy: fixed-share", "policy: fair-share", "sharing.policy"),
+    # a misspelt namespace: Pulumi would hand the quotas to nobody
+    ("tessera:quotas:", "tesera:quotas:", "tesera:quotas: unknown config namespace 'tesera' (did you mean 'tessera:quotas'?"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "reported"), BROKEN_DEV_STACKS, ids=["bad-value", "misspelt-namespace"])
+def test_the_real_validate_reports_a_broken_stack_before_the_cli_check(bin_dir: Path, tmp_path: Path, old: str, new: str, reported: str) -> None:
     """The real `tessera validate`, on a copy of the script beside a broken copy of the dev stack."""
     tessera = ROOT / ".venv" / "bin" / "tessera"
     if not tessera.exists():
@@ -192,15 +200,15 @@ def test_the_real_validate_reports_a_broken_stack_before_the_cli_check(bin_dir: 
     shutil.copy(SCRIPT, copy / "scripts" / SCRIPT.name)
     shutil.copy(ROOT / "requirements.txt", copy / "requirements.txt")
     text = (ROOT / "stacks" / "Pulumi.dev.yaml").read_text()
-    assert "policy: fixed-share" in text
-    (copy / "stacks" / "Pulumi.dev.yaml").write_text(text.replace("policy: fixed-share", "policy: fair-share"))
+    assert old in text
+    (copy / "stacks" / "Pulumi.dev.yaml").write_text(text.replace(old, new))
     result = subprocess.run(
         ["bash", str(copy / "scripts" / SCRIPT.name), "preview", "dev"], capture_output=True, text=True, timeout=120,
         env={"PATH": str(bin_dir), "HOME": str(tmp_path), "TESSERA_BIN": str(tessera)}, stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 2
     output = result.stdout + result.stderr  # `tessera validate` prints its problems on stdout
-    assert f"{copy}/stacks/Pulumi.dev.yaml: " in output and "sharing.policy" in output
+    assert f"{copy}/stacks/Pulumi.dev.yaml: " in output and reported in output
     assert "Pulumi CLI" not in output
 
 

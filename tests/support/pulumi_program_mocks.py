@@ -18,6 +18,7 @@ from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
 
 from tessera.model import StackConfig, load_stack_file
 from tessera.model.loader import from_pulumi_mapping, stack_mapping
+from tessera.model.membership import pool_membership
 from tessera_pulumi.stack import PlatformFactory, TesseraStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,7 @@ class RecordingMonitor(MockMonitor):
         self.deps: dict[str, list[str]] = {}
         self.names: dict[str, str] = {}
         self.ignore_changes: dict[str, list[str]] = {}
+        self.retained: dict[str, bool] = {}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
@@ -65,6 +67,7 @@ class RecordingMonitor(MockMonitor):
         self.deps[response.urn] = list(request.dependencies)
         self.names[request.name] = response.urn
         self.ignore_changes[request.name] = list(request.ignoreChanges)
+        self.retained[request.name] = bool(request.retainOnDelete)
         return response
 
 
@@ -75,6 +78,8 @@ class Declared:
     resources: list[MockResourceArgs]
     parents: dict[str, str]  # urn -> parent urn ("" for the root stack's children)
     values: dict[str, Any] = field(default_factory=dict)
+    retained: dict[str, bool] = field(default_factory=dict)  # resource name -> retainOnDelete
+    deps: dict[str, list[str]] = field(default_factory=dict)  # urn -> dependency urns
 
     def of_type(self, typ: str) -> list[MockResourceArgs]:
         return [r for r in self.resources if r.typ == typ]
@@ -96,15 +101,19 @@ def start_mocks() -> tuple[RecordingMocks, RecordingMonitor]:
 STACK_SECRETS: Final = {"tessera:grafanaAdminPassword": "test-only-password"}
 
 
-def declare(config: StackConfig, platform: PlatformFactory | None = None, secrets: dict[str, str] | None = None) -> Declared:
-    """Run TesseraStack under mocks; also resolve the kubeconfig, its secretness and the cluster id."""
+def declare(
+    config: StackConfig, platform: PlatformFactory | None = None, secrets: dict[str, str] | None = None, nodes: list[dict[str, Any]] | None = None
+) -> Declared:
+    """Run TesseraStack under mocks; also resolve the kubeconfig, its secretness and the cluster id.
+    `nodes`: an existing cluster's Node objects, as preview would list them."""
     secrets = dict(STACK_SECRETS) if secrets is None else secrets
     mocks, monitor = start_mocks()
     values: dict[str, Any] = {}
+    membership = pool_membership(config.node_pools, nodes) if nodes is not None else None
 
     @pulumi.runtime.test
     def run() -> pulumi.Output[Any]:
-        stack = TesseraStack("tessera", config, platform=platform, secrets=secrets)
+        stack = TesseraStack("tessera", config, platform=platform, secrets=secrets, membership=membership)
         values["plan"] = stack.plan
 
         async def secret() -> bool:
@@ -116,7 +125,7 @@ def declare(config: StackConfig, platform: PlatformFactory | None = None, secret
         )
 
     run()
-    return Declared(list(mocks.resources), dict(monitor.parents), values)
+    return Declared(list(mocks.resources), dict(monitor.parents), values, dict(monitor.retained), dict(monitor.deps))
 
 
 def secret_value(value: Any) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 
+from tessera_pulumi.membership import load_membership
 from tessera_pulumi.package.args import ExistingClusterPlatformArgs, TkeGpuClusterArgs
 from tessera_pulumi.package.inputs import secret_values, validate
 from tessera_pulumi.package.spec import EXISTING_CLUSTER_PLATFORM, TKE_GPU_CLUSTER
@@ -51,8 +52,11 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ExistingClusterPlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         config = validate(EXISTING_CLUSTER_PLATFORM, args)
+        secrets = secret_values(args)
+        # which nodes join which pool (as the stack-file program works it out; an output when the kubeconfig is one)
+        membership = load_membership(config, secrets, hint="Check with `tessera plan` on the same config and `--kubeconfig`.")
         super().__init__(EXISTING_CLUSTER_PLATFORM.type_token, name, None, opts)
-        stack = TesseraStack(name, config, opts=pulumi.ResourceOptions(parent=self), secrets=secret_values(args))
+        stack = TesseraStack(name, config, opts=pulumi.ResourceOptions(parent=self), secrets=secrets, membership=membership)
         self.pool_names = pulumi.Output.from_input(stack.pool_names)
         self.plan = pulumi.Output.from_input(stack.plan)
         self.register_outputs({"poolNames": self.pool_names, "plan": self.plan})

@@ -14,7 +14,10 @@ kube-prometheus-stack waits for Grafana's admin Secret; gpu-operator waits for "
 namespace and the ConfigMaps its values name) and for kube-prometheus-stack (the CRD of its
 dcgm-exporter ServiceMonitor); the webhook's workloads wait for its TLS Secret, and its
 MutatingWebhookConfiguration waits for them (the API server calls the webhook only once it is
-ready); "monitoring" waits for the workloads it scrapes and for kube-prometheus-stack's CRDs.
+ready); "monitoring" waits for the workloads it scrapes and for kube-prometheus-stack's CRDs;
+"workloads" (the stack's inference services) waits for everything else: the scheduler and the
+webhook's configuration (a GPU pod admitted before it would miss its allocation env), the device
+plugins, prometheus-adapter (the HPA's metric) and the PodMonitor CRD.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ GPU_OPERATOR: Final = "gpu-operator"
 PROMETHEUS_ADAPTER: Final = "prometheus-adapter"
 KUBE_PROMETHEUS_STACK: Final = "kube-prometheus-stack"  # the chart; the release name is the stack's
 WEBHOOK: Final = "webhook"
+WEBHOOK_CONFIGURATION: Final = "webhook-configuration"
+WORKLOADS: Final = "workloads"
 GRAFANA_ADMIN: Final = "grafana-admin"
 # the group a chart waits for (by chart name); it is created right after that group
 CHART_AFTER: Final = {GPU_OPERATOR: "nvidia", PROMETHEUS_ADAPTER: "platform", KUBE_PROMETHEUS_STACK: "platform"}
@@ -56,6 +61,11 @@ def _depends_on(component: str, created: dict[str, pulumi.Resource]) -> list[pul
         wanted.append(KUBE_PROMETHEUS_STACK)
     if component == "monitoring":
         wanted += ["extender", "node", "webhook", GPU_OPERATOR, KUBE_PROMETHEUS_STACK]
+    if component == WORKLOADS:
+        wanted += [
+            "nvidia", "extender", "scheduler", "node", WEBHOOK, WEBHOOK_CONFIGURATION, "repartition", "monitoring",
+            GPU_OPERATOR, KUBE_PROMETHEUS_STACK, PROMETHEUS_ADAPTER,
+        ]
     return [created[c] for c in dict.fromkeys(wanted) if c in created]
 
 
@@ -88,6 +98,8 @@ class TesseraPlatform(pulumi.ComponentResource):
 
         releases = helm_releases(config)
         for component, objects in build_stack(config).items():
+            if component == WORKLOADS:
+                self._remaining_charts(releases)  # the workloads wait for every chart
             if component == WEBHOOK:
                 self._webhook(objects)
             else:
@@ -97,9 +109,7 @@ class TesseraPlatform(pulumi.ComponentResource):
             for release in releases.values():
                 if CHART_AFTER.get(release.chart) == component:
                     self._chart(release)
-        for release in releases.values():  # a chart whose group the stack does not have
-            if release.chart not in self.charts:
-                self._chart(release)
+        self._remaining_charts(releases)
         self.gpu_operator = self.charts.get(GPU_OPERATOR)
         self.prometheus_adapter = self.charts.get(PROMETHEUS_ADAPTER)
         self.kube_prometheus_stack = self.charts.get(KUBE_PROMETHEUS_STACK)
@@ -136,12 +146,19 @@ class TesseraPlatform(pulumi.ComponentResource):
             self.webhook_configuration = typed_webhook.webhook_configuration(
                 f"{self._name}-webhook-configuration", hooks, self._child(WEBHOOK, [group])
             )
+            self._created[WEBHOOK_CONFIGURATION] = self.webhook_configuration
 
     def _grafana_admin(self, config: StackConfig, secrets: Mapping[str, Any]) -> None:
         secret = typed_grafana.admin_secret(f"{self._name}-{GRAFANA_ADMIN}", config, secrets, self._child(GRAFANA_ADMIN))
         if secret is not None:
             self.grafana_admin_secret = secret
             self._created[GRAFANA_ADMIN] = secret
+
+    def _remaining_charts(self, releases: Mapping[str, HelmRelease]) -> None:
+        """Charts whose group the stack does not have, not created yet."""
+        for release in releases.values():
+            if release.chart not in self.charts:
+                self._chart(release)
 
     def _chart(self, release: HelmRelease) -> Chart:
         chart = Chart(

@@ -13,6 +13,7 @@ from typing import Final
 import pulumi
 import tencentcloud_iac_pulumi as tc
 
+from tessera.model.catalog import CudnnPackage, GpuPackage
 from tessera.model.cluster import ClusterConfig
 from tessera.model.pools import MigPool, PoolBase
 from tessera.model.labels_taints import AnyPool, TaintSpec, pool_labels, pool_taints
@@ -50,21 +51,38 @@ def _select_subnets(zones: Sequence[str], subnet_ids_by_zone: Mapping[str, pulum
     return [subnet_ids_by_zone[z] for z in zones]
 
 
-def _build_gpu_args(pool: PoolBase) -> tc.kubernetes.NodePoolNodeConfigGpuArgsArgs:
-    """Driver/CUDA/cuDNN for TKE to install (catalog default per GPU, overridable per pool) and MIG mode.
+def _package(package: GpuPackage) -> dict[str, str]:
+    return {"version": package.version, "name": package.name}
 
-    TKE takes each as {version, name}; the names follow NVIDIA's installer file names.
+
+def _cudnn(package: CudnnPackage) -> dict[str, str]:
+    out = _package(GpuPackage(package.version, package.name))
+    if package.doc_name is not None:
+        out["doc_name"] = package.doc_name
+    if package.dev_name is not None:
+        out["dev_name"] = package.dev_name
+    return out
+
+
+def _build_gpu_args(pool: PoolBase) -> tc.kubernetes.NodePoolNodeConfigGpuArgsArgs:
+    """Driver/CUDA/cuDNN for TKE to install, as one catalog record (the pool's gpuDriver, else the
+    default for its GPU), and MIG mode.
+
+    TKE takes each package as {version, name}; cuDNN also as {doc_name, dev_name} when it comes as
+    Debian packages. The names are the installer files of the record, never built from versions.
     """
     software = pool.gpu_software()
-    cuda = {"version": software.cuda, "name": f"cuda_{software.cuda}_linux.run"}
-    cudnn = {"version": software.cudnn, "name": f"cudnn-linux-x86_64-{software.cudnn}"}
     mig = isinstance(pool, MigPool)
     if pool.gpu_driver.custom_driver_url:
         return tc.kubernetes.NodePoolNodeConfigGpuArgsArgs(
-            custom_driver={"address": pool.gpu_driver.custom_driver_url}, cuda=cuda, cudnn=cudnn, mig_enable=mig
+            custom_driver={"address": pool.gpu_driver.custom_driver_url},
+            cuda=_package(software.cuda),
+            cudnn=_cudnn(software.cudnn),
+            mig_enable=mig,
         )
-    driver = {"version": software.driver, "name": f"NVIDIA-Linux-x86_64-{software.driver}.run"}
-    return tc.kubernetes.NodePoolNodeConfigGpuArgsArgs(driver=driver, cuda=cuda, cudnn=cudnn, mig_enable=mig)
+    return tc.kubernetes.NodePoolNodeConfigGpuArgsArgs(
+        driver=_package(software.driver), cuda=_package(software.cuda), cudnn=_cudnn(software.cudnn), mig_enable=mig
+    )
 
 
 def _build_taint_args(taints: Sequence[TaintSpec]) -> list[tc.kubernetes.NodePoolTaintArgs]:

@@ -6,4 +6,7 @@ Entry points: `node-agent/gpu-checks/run-on-gpu.sh` (the one command for a lent 
 Modules: `analysis` (pure: rates, targets, latencies, report shaping), `preflight` (what the machine
 has, what each check needs), `procs` (CUDA worker processes, cleanup), `world` (the agent wired to
 the real NVML backend, cgroups and processes), `checks_mps` / `checks_agent` (the checks), `cli`.
+
+May import the node side (`tessera_node`) and PyTorch; nothing imports it (it runs on a lent GPU
+machine as a script).
 """

@@ -1,33 +1,35 @@
-"""The catalog behind cross-field validation: GPU models and TKE GPU instance types.
+"""The catalog behind cross-field validation: GPU models, TKE GPU instance types, and the
+driver/CUDA/cuDNN combinations TKE installs.
 
 Data and lookups only; part of `tessera.model`, imports nothing outside it.
 """
 from __future__ import annotations
 
-from tessera.model.catalog.gpus import GPU_MODELS, GpuModelSpec, MigProfile, gpu_model
-from tessera.model.catalog.instances import (
-    GPU_SOFTWARE_BY_ARCHITECTURE,
-    INSTANCE_TYPES,
+from tessera.model.catalog.gpu_software import (
+    GPU_SOFTWARE,
+    CudnnPackage,
+    GpuPackage,
     GpuSoftware,
-    InstanceTypeSpec,
-    instance_type,
+    default_gpu_software,
+    matching_software,
+    nearest_software,
 )
-
-
-def default_gpu_software(model: GpuModelSpec) -> GpuSoftware:
-    """The driver/CUDA/cuDNN TKE installs on a node of this GPU model unless the pool overrides it."""
-    return GPU_SOFTWARE_BY_ARCHITECTURE[model.architecture]
-
+from tessera.model.catalog.gpus import GPU_MODELS, GpuModelSpec, MigProfile, gpu_model
+from tessera.model.catalog.instances import INSTANCE_TYPES, InstanceTypeSpec, instance_type
 
 __all__ = [
     "GPU_MODELS",
-    "GPU_SOFTWARE_BY_ARCHITECTURE",
+    "GPU_SOFTWARE",
     "INSTANCE_TYPES",
+    "CudnnPackage",
     "GpuModelSpec",
+    "GpuPackage",
     "GpuSoftware",
     "InstanceTypeSpec",
     "MigProfile",
     "default_gpu_software",
     "gpu_model",
     "instance_type",
+    "matching_software",
+    "nearest_software",
 ]

@@ -1,4 +1,4 @@
-"""TKE (CVM) GPU instance types -> GPU model and GPUs per instance, and default GPU software.
+"""TKE (CVM) GPU instance types -> GPU model and GPUs per instance.
 
 Families and sizes follow Tencent Cloud's "GPU computing instance" specification tables
 (GN7 = T4, GN10X / GN10Xp = V100 32 GB, GT4 = A100 40 GB NVLink, PNV4 = A10, GN8 = P40).
@@ -22,15 +22,6 @@ class InstanceTypeSpec:
     gpu_model: str  # key of catalog.gpus.GPU_MODELS
     gpu_count: int
     confirmed: bool = True  # False: figures follow the family's pattern but were not re-checked
-
-
-@dataclass(frozen=True)
-class GpuSoftware:
-    """Driver / CUDA / cuDNN versions handed to TKE through ``node_config.gpu_args``."""
-
-    driver: str
-    cuda: str
-    cudnn: str
 
 
 def _family(gpu: str, sizes: dict[str, int], unconfirmed: frozenset[str] = frozenset()) -> tuple[InstanceTypeSpec, ...]:
@@ -58,22 +49,6 @@ INSTANCE_TYPES: Final = MappingProxyType(
         )
     }
 )
-
-# Default GPU software per GPU architecture. TKE offers a fixed menu of driver/CUDA/cuDNN
-# combinations; these are combinations from that menu as documented for TKE GPU node pools.
-# Hopper/Ada need the R535 branch; older GPUs stay on R525 (the last branch tested by the seeds).
-# unconfirmed: exact TKE menu strings for the R535 line.
-GPU_SOFTWARE_BY_ARCHITECTURE: Final = MappingProxyType(
-    {
-        "pascal": GpuSoftware("470.82.01", "11.4.3", "8.2.4"),
-        "volta": GpuSoftware("525.105.17", "12.0.1", "8.8.0"),
-        "turing": GpuSoftware("525.105.17", "12.0.1", "8.8.0"),
-        "ampere": GpuSoftware("525.105.17", "12.0.1", "8.8.0"),
-        "ada": GpuSoftware("535.161.07", "12.2.2", "8.9.4"),
-        "hopper": GpuSoftware("535.161.07", "12.2.2", "8.9.4"),
-    }
-)
-
 
 def instance_type(name: str) -> InstanceTypeSpec | None:
     return INSTANCE_TYPES.get(name)

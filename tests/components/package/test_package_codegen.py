@@ -39,9 +39,14 @@ class StackWithWorkloads(StackConfig):
     workloads: Workloads = Field(default_factory=Workloads, description="Team workloads.")
 
 
-def _analyze(tmp_path: Path, source: str, module: str) -> Any:
-    """Write ``source`` plus a component taking TkeGpuClusterArgs, import it, run the SDK's analyzer."""
+def _analyze(tmp_path: Path, files: dict[str, str], package: str) -> Any:
+    """Write the generated ``files`` as a package plus a component taking TkeGpuClusterArgs, import
+    it, run the SDK's analyzer."""
     component = textwrap.dedent('''
+        import pulumi
+
+        from .component_args import TkeGpuClusterArgs
+
 
         class Probe(pulumi.ComponentResource):
             """A component that takes the generated inputs."""
@@ -49,20 +54,23 @@ def _analyze(tmp_path: Path, source: str, module: str) -> Any:
             def __init__(self, name: str, args: TkeGpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
                 super().__init__("tessera:index:Probe", name, None, opts)
     ''')
-    (tmp_path / f"{module}.py").write_text(source + component, encoding="utf-8")
+    codegen.write(tmp_path / package, {**files, "probe.py": component})
     sys.path.insert(0, str(tmp_path))
     try:
-        probe = importlib.import_module(module).Probe
+        probe = importlib.import_module(f"{package}.probe").Probe
         return Analyzer("tessera").analyze([probe])
     finally:
         sys.path.remove(str(tmp_path))
-        sys.modules.pop(module, None)
+        for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
+            sys.modules.pop(name, None)
 
 
 def test_a_new_section_reaches_the_schema_with_its_docs_defaults_and_enums(tmp_path: Path) -> None:
-    source = codegen.render(StackWithWorkloads)
-    assert "class Workloads(TypedDict):" in source and "class Budget(TypedDict):" in source
-    result = _analyze(tmp_path, source, "generated_with_workloads")
+    files = codegen.render(StackWithWorkloads)
+    section = files["test_package_codegen.py"]  # the args module mirrors the model's module
+    assert "class Workloads(TypedDict):" in section and "class Budget(TypedDict):" in section
+    assert "Workloads" in files["__init__.py"] and "from .test_package_codegen import" in files["component_args.py"]
+    result = _analyze(tmp_path, files, "generated_with_workloads")
     inputs = result["component_definitions"]["Probe"].inputs
     assert inputs["workloads"].description == "Team workloads."
     assert inputs["workloads"].optional is True

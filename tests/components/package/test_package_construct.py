@@ -187,6 +187,10 @@ BAD_INPUTS = [
     ("fraction of a node", lambda c: c["nodePools"][0].update(maxSize=1.5), "nodePools[0].maxSize: must be a whole number (got 1.5)"),
     ("kind-only section on another kind", lambda c: c["nodePools"][1].update(sharing={"policy": "fixed-share"}),
      "nodePools[1].sharing: unknown key 'sharing' ('sharing' is only for pools of kind shared;"),
+    ("workload share of the wrong pool kind", lambda c: c.update(workloads=[{
+        "name": "triton", "namespace": "inference", "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"},
+        "pool": "a100-mig", "gpu": {"core": 50.0}}]),
+     "workloads[0].gpu.core: does not apply to pool a100-mig, which is mig: use gpu.migProfile"),
 ]
 
 
@@ -242,12 +246,31 @@ def test_keys_of_the_other_component_are_refused() -> None:
 KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\n# lab cluster\n"
 EXISTING: dict[str, Any] = {
     "cluster": {"name": "lab", "kubernetesVersion": "1.30.0", "kubeconfig": {"secret": "labKubeconfig"}},
-    "nodePools": [{"name": "t4", "kind": "shared", "gpuModel": "T4", "gpuCount": 1.0, "minSize": 1.0, "maxSize": 1.0, "nodeSelector": {"gpu": "t4"}}],
+    "nodePools": [{"name": "t4", "kind": "shared", "gpuModel": "T4", "gpuCount": 1.0, "minSize": 1.0, "maxSize": 1.0, "nodeSelector": {"example.com/gpu": "t4"}}],
 }
 
 
+def _node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
+
+
+@pytest.fixture
+def listed(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The lab cluster's nodes, as its API server would list them; records the kubeconfig each list used."""
+    from tessera_pulumi import existing
+
+    calls: list[Any] = []
+
+    def list_nodes(resolved: existing.ResolvedKubeconfig) -> list[dict[str, Any]]:
+        calls.append(resolved.kubeconfig)
+        return [_node("gpu-1", {"example.com/gpu": "t4"}), _node("cpu-1", {})]
+
+    monkeypatch.setattr(existing, "list_cluster_nodes", list_nodes)
+    return calls
+
+
 @pytest.mark.parametrize("form", ["map of secrets", "one secret map"])
-def test_existing_cluster_takes_its_kubeconfig_from_secrets_and_keeps_it_secret(form: str) -> None:
+def test_existing_cluster_takes_its_kubeconfig_from_secrets_and_keeps_it_secret(form: str, listed: list[Any]) -> None:
     inputs = copy.deepcopy(EXISTING)
     if form == "map of secrets":
         inputs["secrets"] = {"labKubeconfig": pulumi.Output.secret(KUBECONFIG_TEXT)}
@@ -268,7 +291,7 @@ def test_existing_cluster_without_the_named_secret_says_which_key_to_add() -> No
 
 
 @pytest.mark.parametrize("form", ["map of secrets", "one secret map"])
-def test_grafanas_admin_password_comes_from_secrets_and_stays_secret(form: str) -> None:
+def test_grafanas_admin_password_comes_from_secrets_and_stays_secret(form: str, listed: list[Any]) -> None:
     """kube-prometheus-stack with Grafana: the password named by adminPasswordSecret reaches the
     admin Secret as the caller's secret, never as text made from an output."""
     inputs = copy.deepcopy(EXISTING)
@@ -290,3 +313,66 @@ def test_grafana_without_its_password_in_secrets_says_which_key_to_add() -> None
     assert lines == [
         "monitoring.kubePrometheusStack.grafana.adminPasswordSecret: names the secret 'grafanaAdmin', which secrets does not hold; add it: secrets: {grafanaAdmin: <the secret>}"
     ]
+
+
+# --- an existing cluster: the nodes a pool selects get its labels and taints ----------------------
+
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+
+
+def _patched(run: Any) -> dict[str, dict[str, str]]:
+    return {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"] for r in run.of_type(NODE_PATCH)}
+
+
+@pytest.mark.parametrize("source", ["path", "secret"])
+def test_existing_cluster_patches_the_nodes_its_pools_select(source: str, tmp_path: Any, listed: list[Any]) -> None:
+    """As the stack-file program does: the nodes are listed with the cluster's kubeconfig (a file, or
+    a secret that arrives as an output) and the selected ones get the pool's labels and taints."""
+    inputs = copy.deepcopy(EXISTING)
+    if source == "path":
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(KUBECONFIG_TEXT, encoding="utf-8")
+        inputs["cluster"]["kubeconfig"] = {"path": str(kubeconfig)}
+    else:
+        inputs["secrets"] = {"labKubeconfig": pulumi.Output.secret(KUBECONFIG_TEXT)}
+    run = construct("ExistingClusterPlatform", inputs, name="lab")
+    assert listed == [str(tmp_path / "kubeconfig") if source == "path" else KUBECONFIG_TEXT]
+    patched = _patched(run)
+    assert set(patched) == {"gpu-1"}
+    assert patched["gpu-1"][LABEL_POOL] == "t4" and patched["gpu-1"][LABEL_POOL_KIND] == "shared"
+
+
+# A Triton on the MIG pool scaled on the adapter's built-in queue time, and a half-GPU service on the
+# shared pool scaled on an External metric it declares, as a YAML or TypeScript program sends them.
+WORKLOADS: list[dict[str, Any]] = [
+    {
+        "name": "triton", "namespace": "inference", "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"},
+        "ports": [{"name": "http", "port": 8000.0}, {"name": "metrics", "port": 8002.0}], "pool": "a100-mig",
+        "gpu": {"migProfile": "1g.5gb"}, "metrics": {"port": "metrics"},
+        "scaling": {"minReplicas": 1.0, "maxReplicas": 6.0, "metric": {"name": "avg_time_queue_us", "target": "50"}},
+    },
+    {
+        "name": "bert", "namespace": "inference", "image": {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"},
+        "ports": [{"name": "http", "port": 8000.0}], "pool": "a10-shared", "gpu": {"core": 50.0, "memoryMiB": 8192.0},
+        "scaling": {"minReplicas": 2.0, "maxReplicas": 4.0, "metric": {
+            "name": "bert_requests_per_second", "type": "External", "target": "30",
+            "query": {"series": "nv_inference_request_success"}}},
+    },
+]
+
+
+def test_workloads_in_the_inputs_are_deployed_with_their_autoscaler_and_adapter_rule() -> None:
+    inputs = copy.deepcopy(SHARED_AND_MIG) | {"monitoring": {"prometheusAdapter": True}, "workloads": copy.deepcopy(WORKLOADS)}
+    run = construct("TkeGpuCluster", inputs, name="lab")
+    objects = run.named(CONFIG_GROUP, "lab-platform-workloads").inputs["objs"]
+    found = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    for name in ("triton", "bert"):
+        assert {("Deployment", name), ("Service", name), ("HorizontalPodAutoscaler", name)} <= found
+    limits = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] for o in objects if o["kind"] == "Deployment"}
+    # single strategy with time-slicing x2 and no renaming: a 1g.5gb slice is advertised as nvidia.com/gpu
+    assert {k: v for k, v in limits["triton"].items() if "/" in k} == {"nvidia.com/gpu": "1"}
+    assert {k: v for k, v in limits["bert"].items() if "/" in k} == {"tessera.dev/gpu-core": "50", "tessera.dev/gpu-memory": "8192"}
+    adapter = next(r for r in run.of_type(CHART) if r.inputs["chart"] == "prometheus-adapter")
+    rules = adapter.inputs["values"]["rules"]
+    assert "avg_time_queue_us" in {r["name"]["as"] for r in rules["custom"]}
+    assert [r["name"]["as"] for r in rules["external"]] == ["bert_requests_per_second"]

@@ -1,12 +1,13 @@
 """The package's generated files are what the model and the analyzer give today, and staleness is
 reported as a diff with the command that fixes it.
 
-args.py is generated from the stack config model (tessera_pulumi.package.codegen); schema.json is the
-schema the provider's GetSchema serves, inferred by the Pulumi SDK's analyzer from args.py and the
+args/ is generated from the stack config model (tessera_pulumi.package.codegen); schema.json is the
+schema the provider's GetSchema serves, inferred by the Pulumi SDK's analyzer from args/ and the
 components (tessera_pulumi.package.schema). Both run in-process: no Pulumi CLI.
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,9 @@ from tessera_pulumi.package import codegen, schema
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_args_module_is_generated_from_todays_model() -> None:
-    committed = codegen.ARGS_PATH.read_text(encoding="utf-8")
-    problem = codegen.diff(committed, codegen.render(), "components/tessera_pulumi/package/args.py")
-    assert not problem, f"args.py is stale; run {codegen.REGENERATE}\n{problem}"
+def test_args_modules_are_generated_from_todays_model() -> None:
+    problem = codegen.stale(codegen.ARGS_DIR, codegen.render())
+    assert not problem, f"args/ is stale; run {codegen.REGENERATE}\n{problem}"
 
 
 def test_schema_snapshot_is_what_the_provider_serves() -> None:
@@ -30,14 +30,28 @@ def test_schema_snapshot_is_what_the_provider_serves() -> None:
 
 
 def test_a_stale_args_module_fails_the_check_with_a_diff_and_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    stale = tmp_path / "args.py"
-    stale.write_text(codegen.render().replace('"""Pool name', '"""The pool name', 1), encoding="utf-8")
-    monkeypatch.setattr(codegen, "ARGS_PATH", stale)
+    files = codegen.render()
+    stale = tmp_path / "args"
+    codegen.write(stale, {**files, "pools.py": files["pools.py"].replace('"""Pool name', '"""The pool name', 1)})
+    monkeypatch.setattr(codegen, "ARGS_DIR", stale)
     assert codegen.main(["--check"]) == 1
     out = capsys.readouterr().out
     assert '-    """The pool name' in out and '+    """Pool name' in out
-    assert "python -m tessera_pulumi.package.codegen" in out
-    assert stale.read_text(encoding="utf-8").count('"""The pool name') == 1  # --check writes nothing
+    assert "args/pools.py" in out and "python -m tessera_pulumi.package.codegen" in out
+    assert (stale / "pools.py").read_text(encoding="utf-8").count('"""The pool name') == 1  # --check writes nothing
+
+
+def test_regenerating_removes_an_args_module_the_model_no_longer_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "args"
+    codegen.write(target, {**codegen.render(), "quotas.py": "class Gone: ...\n"})
+    monkeypatch.setattr(codegen, "ARGS_DIR", target)
+    # the schema step runs in a fresh interpreter on the committed files; it is tested above
+    monkeypatch.setattr(codegen.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    assert codegen.main(["--check"]) == 1
+    assert "-class Gone: ..." in capsys.readouterr().out
+    assert codegen.main([]) == 0
+    assert not (target / "quotas.py").exists()
+    assert codegen.stale(target, codegen.render()) == ""
 
 
 def test_a_stale_schema_fails_the_check_with_a_diff_and_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

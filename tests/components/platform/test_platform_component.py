@@ -269,3 +269,29 @@ def test_no_chart_and_no_admin_secret_without_mode_kube_prometheus_stack(mode: s
     kinds = {o["kind"] for o in _objects_in(d, "p-monitoring")} if mode == "existing" else set()
     assert kinds == ({"ServiceMonitor", "PrometheusRule", "ConfigMap"} if mode == "existing" else set())
     assert ("p-monitoring" in {g.name for g in d.of_type(CONFIG_GROUP)}) is (mode == "existing")
+
+
+# --- workloads: the stack's inference services, last -----------------------------------------------
+
+
+def _example(name: str) -> StackConfig:
+    return load_stack_file(ROOT / "examples" / name)
+
+
+@pytest.mark.parametrize("stack", ["prod", "triton/Pulumi.triton.yaml"])
+def test_workloads_are_declared_after_everything_their_pods_and_autoscaler_need(stack: str) -> None:
+    config = _stack(stack) if "/" not in stack else _example(stack)
+    d = declare(config)
+    group = d.named("p-workloads")
+    objects = group.inputs["objs"]
+    assert sorted(objects, key=object_id) == sorted(build_stack(config)["workloads"], key=object_id)
+    for w in config.workloads:
+        kinds = {o["kind"] for o in objects if o["metadata"]["name"] == w.name and o["metadata"]["namespace"] == w.namespace}
+        assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodMonitor"} <= kinds, w.name
+    assert group.provider is not None and group.provider.startswith(d.monitor.names["kubeconfig-provider"])
+    # a GPU pod admitted before the webhook's configuration would miss its allocation env; the HPA
+    # reads prometheus-adapter; the PodMonitor needs prometheus-operator's CRDs
+    wanted = {"p-platform", "p-scheduler", "p-extender", "p-node", "p-webhook", "p-webhook-configuration", "p-prometheus-adapter", "p-gpu-operator", "p-monitoring"}
+    if config.monitoring.mode == "kube-prometheus-stack":
+        wanted.add("p-kube-prometheus-stack")
+    assert wanted <= d.depends_on("p-workloads")

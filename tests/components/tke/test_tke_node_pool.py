@@ -94,25 +94,56 @@ def test_taint_args_keep_key_value_effect() -> None:
     assert (taint.key, taint.value, taint.effect) == (TAINT_GPU, "shared", "NoSchedule")
 
 
-def test_gpu_args_use_the_catalog_driver_for_the_gpu() -> None:
+def test_gpu_args_use_the_catalog_record_for_the_gpu() -> None:
     gpu_args = _build_gpu_args(NvidiaPool.model_validate(T4))
     expected = default_gpu_software(gpu_model("T4"))  # type: ignore[arg-type]
-    assert gpu_args.driver["version"] == expected.driver
-    assert gpu_args.cuda["version"] == expected.cuda
-    assert gpu_args.cudnn["version"] == expected.cudnn
+    assert gpu_args.driver == {"version": expected.driver.version, "name": expected.driver.name}
+    assert gpu_args.cuda == {"version": expected.cuda.version, "name": expected.cuda.name}
+    assert gpu_args.cudnn == {"version": expected.cudnn.version, "name": expected.cudnn.name}
     assert gpu_args.mig_enable is False
 
 
-def test_gpu_args_follow_the_pool_override() -> None:
-    gpu_args = _build_gpu_args(SharedPool.model_validate({**T4, "kind": "shared", "gpuDriver": {"driver": "535.161.07", "cuda": "12.2.2"}}))
-    assert gpu_args.driver["version"] == "535.161.07"
-    assert gpu_args.cuda["version"] == "12.2.2"
+GPU_ARGS = [
+    # gpuDriver -> what TKE gets: the installer files of one whole record (terraform-provider-tencentcloud's
+    # node pool test uses exactly the 470.182.03 set; the .deb set is its older e2e set with doc/dev packages)
+    (
+        {"driver": "470.182.03", "cuda": "11.4.3", "cudnn": "8.2.4"},
+        {"version": "470.182.03", "name": "NVIDIA-Linux-x86_64-470.182.03.run"},
+        {"version": "11.4.3", "name": "cuda_11.4.3_470.82.01_linux.run"},
+        {"version": "8.2.4", "name": "cudnn-11.4-linux-x64-v8.2.4.15.tgz"},
+    ),
+    (
+        {"cudnn": "8.1.0"},
+        {"version": "450.102.04", "name": "NVIDIA-Linux-x86_64-450.102.04.run"},
+        {"version": "11.0.3", "name": "cuda_11.0.3_450.51.06_linux.run"},
+        {
+            "version": "8.1.0",
+            "name": "libcudnn8_8.1.0.77-1+cuda11.2_amd64.deb",
+            "doc_name": "libcudnn8-samples_8.1.0.77-1+cuda11.2_amd64.deb",
+            "dev_name": "libcudnn8-dev_8.1.0.77-1+cuda11.2_amd64.deb",
+        },
+    ),
+    (
+        {"driver": "535.161.07"},
+        {"version": "535.161.07", "name": "NVIDIA-Linux-x86_64-535.161.07.run"},
+        {"version": "12.2.2", "name": "cuda_12.2.2_535.104.05_linux.run"},
+        {"version": "8.9.4", "name": "cudnn-linux-x86_64-8.9.4.25_cuda12-archive.tar.xz"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("gpu_driver", "driver", "cuda", "cudnn"), GPU_ARGS, ids=["provider-470", "provider-deb", "r535"])
+def test_gpu_args_carry_the_whole_record_the_pool_names(gpu_driver: dict[str, str], driver: dict[str, str], cuda: dict[str, str], cudnn: dict[str, str]) -> None:
+    gpu_args = _build_gpu_args(SharedPool.model_validate({**T4, "kind": "shared", "gpuDriver": gpu_driver}))
+    assert (gpu_args.driver, gpu_args.cuda, gpu_args.cudnn) == (driver, cuda, cudnn)
 
 
 def test_custom_driver_url_replaces_the_driver() -> None:
     gpu_args = _build_gpu_args(NvidiaPool.model_validate({**T4, "gpuDriver": {"customDriverUrl": "https://mirror.example/driver.run"}}))
     assert gpu_args.custom_driver == {"address": "https://mirror.example/driver.run"}
     assert gpu_args.driver is None
+    default = default_gpu_software(gpu_model("T4"))  # type: ignore[arg-type]
+    assert gpu_args.cuda == {"version": default.cuda.version, "name": default.cuda.name}
 
 
 def test_mig_pools_enable_mig_mode() -> None:

@@ -108,23 +108,6 @@ def test_paused_for_mig_change_steps_aside_and_comes_back(node: Harness) -> None
     assert wait_until(lambda: [(g["index"], g["healthy"]) for g in _node_gpus(node)] == [(0, True), (1, True), (3, True)])
 
 
-def test_tokens_reused_by_a_new_pod_are_never_attributed_to_the_old_one(node: Harness) -> None:
-    """PreStart remembers kubelet's last answer as a hint; a deleted pod's tokens handed to a new
-    pod must still resolve to the new pod (the hint is confirmed with kubelet before use)."""
-    old = node.extender.create_and_bind("old", {"main": (30, 4096)})
-    node.allocate("old")
-    node.start("old")
-    old_tokens = node.kubelet.view("default", "old", "main").devices  # type: ignore[union-attr]
-    node.kubelet.remove_pod("default", "old")
-    node.kube.delete_pod("default", "old")
-    node.extender.release(old)
-    node.extender.create_and_bind("new", {"main": (30, 8192)})
-    node.allocate("new")
-    view = node.start("new")
-    assert view.devices == old_tokens, "test setup: kubelet should hand the freed tokens to the new pod"
-    assert wait_until(lambda: [(r.pod_name, r.shares[0].memory_mib) for r in node.registry.all()] == [("new", 8192)])
-
-
 def test_records_lost_before_their_write_are_restored_once_by_reconcile(node: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer holds records back until starts pause; a crash in that window loses them.
     Reconciliation restores each exactly once, with the shares PreStartContainer verified."""

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "policies"))  # the pack's rules, as tests/policie
 from tessera_policies.rules import PolicySettings, check_images_pinned  # noqa: E402
 
 RELEASED = "ghcr.io/acme/tessera:0.2.0"
+TRITON = "nvcr.io/nvidia/tritonserver:24.08-py3"  # prod's tessera:workloads[0].image
 
 
 def _digest(ref: str) -> str:
@@ -67,7 +68,8 @@ def _lock(capsys: pytest.CaptureFixture[str], crane: Path, stacks: Path) -> tupl
 def test_lock_resolves_our_image_and_every_upstream_image_once(capsys: pytest.CaptureFixture[str], crane: Path, stacks: Path) -> None:
     code, out, err = _lock(capsys, crane, stacks)
     assert (code, err) == (0, "")
-    expected = {RELEASED: _digest(RELEASED), "registry.k8s.io/kube-scheduler:v1.30.0": _digest("registry.k8s.io/kube-scheduler:v1.30.0")}
+    upstream = ("registry.k8s.io/kube-scheduler:v1.30.0", TRITON)  # prod's workload image is upstream too
+    expected = {RELEASED: _digest(RELEASED), **{ref: _digest(ref) for ref in upstream}}
     lock = json.loads((stacks / "images.lock.json").read_text())
     assert lock["digests"] == expected and lock["tessera"] == RELEASED and lock["release"] == "v0.2.0"
     assert out.splitlines() == [f"{ref}@{digest}" for ref, digest in sorted(expected.items())]
@@ -116,9 +118,11 @@ def test_pin_writes_the_digests_into_prod_only_and_keeps_its_comments(capsys: py
         "tessera": {"repository": "ghcr.io/acme/tessera", "tag": "0.2.0", "digest": _digest(RELEASED)},
         "kubeScheduler": {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.30.0", "digest": _digest("registry.k8s.io/kube-scheduler:v1.30.0")},
     }
+    (workload,) = yaml.safe_load(prod)["config"]["tessera:workloads"]
+    assert workload["image"] == {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3", "digest": _digest(TRITON)}
     old_lines, new_lines = before["Pulumi.prod.yaml"].splitlines(), prod.splitlines()
     assert [line for line in old_lines if line.lstrip().startswith("#")] == [line for line in new_lines if line.lstrip().startswith("#")]
-    assert len(new_lines) == len(old_lines) + 2, "two digest lines added, the rest edited in place"
+    assert len(new_lines) == len(old_lines) + 2, "two digest lines added, the rest (the workload's flow-style image too) edited in place"
     # pinned prod is valid and strict, and pinning again changes nothing
     assert main(["validate", str(stacks / "Pulumi.prod.yaml")]) == 0
     assert _run(capsys, "pin", stacks / "images.lock.json", stacks / "Pulumi.prod.yaml")[0] == 0
@@ -141,6 +145,34 @@ def test_pin_adds_what_a_flow_style_section_lacks(capsys: pytest.CaptureFixture[
     assert images["pullPolicy"] == "Always" and images["requireDigests"] is True
     assert images["kubeScheduler"] == {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.31.2", "digest": _digest("registry.k8s.io/kube-scheduler:v1.31.2")}
     assert "# flow style" in (tmp_path / "Pulumi.lab.yaml").read_text()
+
+
+WORKLOADS_STACK = FLOW_STACK + """  tessera:workloads:
+    - name: by-tag
+      namespace: team
+      image:
+        repository: nvcr.io/nvidia/tritonserver
+        tag: 24.08-py3   # block style: the digest goes on a line of its own
+      pool: lab
+      gpu: {core: 50}
+    - name: pinned-by-team
+      namespace: team
+      image: {repository: registry.example.com/ml/server, tag: "1.0", digest: %s}
+      pool: lab
+      gpu: {core: 50}
+""" % _digest("the team's own pin")
+
+
+def test_pin_gives_workload_images_the_digest_of_their_tag_and_keeps_a_teams_own(capsys: pytest.CaptureFixture[str], crane: Path, tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.lab.yaml").write_text(WORKLOADS_STACK)
+    assert _run(capsys, "lock", tmp_path / "Pulumi.lab.yaml", "--tessera", RELEASED, "--resolve-command", f"{crane} digest", "-o", tmp_path / "l.json")[0] == 0
+    assert set(json.loads((tmp_path / "l.json").read_text())["digests"]) == {RELEASED, "registry.k8s.io/kube-scheduler:v1.31.2", TRITON}
+    assert _run(capsys, "pin", tmp_path / "l.json", tmp_path / "Pulumi.lab.yaml")[0] == 0
+    text = (tmp_path / "Pulumi.lab.yaml").read_text()
+    by_tag, pinned = yaml.safe_load(text)["config"]["tessera:workloads"]
+    assert by_tag["image"] == {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3", "digest": _digest(TRITON)}
+    assert pinned["image"]["digest"] == _digest("the team's own pin")
+    assert "# block style" in text and main(["validate", str(tmp_path / "Pulumi.lab.yaml")]) == 0
 
 
 @pytest.mark.parametrize(

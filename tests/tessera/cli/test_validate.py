@@ -45,6 +45,11 @@ BROKEN = [
     ("  tessera:nodePools:\n    - {name: a, kind: nvidia, instanceType: GN7.2XLARGE32, minSize: 3, maxSize: 1}\n", "nodePools[0].maxSize: must be at least minSize (3), got 1"),
     ("  tessera:nodePools:\n    - {name: a, kind: shared, instanceType: GN7.2XLARGE32, sharing: {policy: strict}}\n", "nodePools[0].sharing.policy: 'strict' is not valid (valid: best-effort, fixed-share, burst-share)"),
     ("  tessera:nodePools: []\n", "nodePools: must not be empty"),
+    (
+        "  tessera:nodePools:\n    - {name: a, kind: nvidia, instanceType: GN7.2XLARGE32, gpuDriver: {driver: '470.82.01', cuda: '12.2.2'}}\n",
+        "nodePools[0].gpuDriver: driver 470.82.01 + CUDA 12.2.2 is not a combination TKE offers; nearest: driver 470.82.01 + CUDA 11.4.3 + cuDNN 8.2.4; "
+        "driver 535.161.07 + CUDA 12.2.2 + cuDNN 8.9.4 (unconfirmed); driver 470.182.03 + CUDA 11.4.3 + cuDNN 8.2.4",
+    ),
 ]
 
 
@@ -91,3 +96,35 @@ def test_empty_directory_is_reported(tmp_path: Path) -> None:
 def test_usage_error_without_files() -> None:
     result = tessera("validate")
     assert result.returncode == 2 and "STACK_FILE" in result.stderr
+
+
+GOOD_POOLS = "  tessera:nodePools:\n    - {name: a, kind: nvidia, instanceType: GN7.2XLARGE32}\n"
+# stack-file lines that nobody reads -> the one line `tessera validate` prints for each
+UNREAD = [
+    (
+        "  tesera:quotas:\n    - {namespace: team-a, gpuCore: 200}\n",
+        "tesera:quotas: unknown config namespace 'tesera' (did you mean 'tessera:quotas'? Tessera reads tessera:*; "
+        "tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)",
+    ),
+    ("  foo:bar: 1\n", "foo:bar: unknown config namespace 'foo' (Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)"),
+    ("  tencentclod:region: ap-guangzhou\n", "tencentclod:region: unknown config namespace 'tencentclod' (did you mean 'tencentcloud:region'? Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)"),
+    ("  quotas: []\n", "quotas: not a config key: write <namespace>:<name>, e.g. tessera:quotas"),
+    ("  tessera:quota: []\n", "quota: unknown key 'quota' (did you mean 'quotas'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace, workloads)"),
+    ("  tessera:scheduler: {placment: binpack}\n", "scheduler.placment: unknown key 'placment' (did you mean 'placement'? valid keys: placement, replicas, weight, httpTimeoutSeconds, logLevel)"),
+]
+
+
+@pytest.mark.parametrize(("extra", "line"), UNREAD, ids=["misspelt-namespace", "foreign-namespace", "misspelt-provider", "no-namespace", "unknown-key", "unknown-nested-key"])
+def test_config_nobody_reads_exits_2_with_its_key_and_a_did_you_mean(tmp_path: Path, extra: str, line: str) -> None:
+    path = _file(tmp_path, "Pulumi.unread.yaml", GOOD_HEAD + GOOD_POOLS + extra)
+    result = tessera("validate", path)
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [f"{path}: {line}"]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_provider_and_pulumi_namespaces_stay_allowed(tmp_path: Path) -> None:
+    extra = "  kubernetes:enableServerSideApply: true\n  pulumi:tags: {team: gpu}\n  tencentcloud:protocol: HTTPS\n"
+    path = _file(tmp_path, "Pulumi.providers.yaml", GOOD_HEAD + GOOD_POOLS + extra)
+    result = tessera("validate", path)
+    assert (result.returncode, result.stdout.strip()) == (0, f"{path}: ok")

@@ -105,6 +105,13 @@ def test_settings_configmap_lists_shared_and_opted_in_pools() -> None:
     assert settings.tls is not None and settings.tls.dns_names()[2] == f"{NAME}.{contract.TESSERA_NAMESPACE}.svc"
 
 
+def test_settings_carry_the_stack_gpu_quotas_for_quota_admission() -> None:
+    quotas = [{"namespace": "team-a", "gpuCore": 200, "gpuMemoryMiB": 16384}, {"namespace": "team-b", "nvidiaGpu": 2}]
+    data = find(build_webhook_objects(_config(quotas=quotas)), "ConfigMap", NAME)["data"]["webhook.json"]
+    assert json.loads(data)["quotas"] == {"team-a": {contract.GPU_CORE: 200, contract.GPU_MEMORY: 16384}}  # team-b: no tessera.dev/* limit
+    assert WebhookSettings.from_json(json.loads(data)).quotas == {"team-a": {contract.GPU_CORE: 200, contract.GPU_MEMORY: 16384}}
+
+
 def test_deployment_command_parses_and_settings_change_rolls_the_pods() -> None:
     deployment = find(build_webhook_objects(_config()), "Deployment", NAME)
     container = deployment["spec"]["template"]["spec"]["containers"][0]

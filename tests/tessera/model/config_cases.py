@@ -38,7 +38,7 @@ TKE_BASE: Final[dict[str, Any]] = {
 EXISTING_BASE: Final[dict[str, Any]] = {
     "cluster": {"provider": "existing", "name": "kind", "kubernetesVersion": "1.30.0", "kubeconfig": {"path": "~/.kube/config"}},
     "nodePools": [
-        {"name": "local", "kind": "shared", "nodeSelector": {"tessera.dev/pool": "local"}, "gpuModel": "T4", "gpuCount": 1, "minSize": 1, "maxSize": 1},
+        {"name": "local", "kind": "shared", "nodeSelector": {"example.com/gpu-pool": "local"}, "gpuModel": "T4", "gpuCount": 1, "minSize": 1, "maxSize": 1},
     ],
 }
 

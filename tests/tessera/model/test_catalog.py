@@ -58,7 +58,25 @@ def test_every_instance_type_names_a_known_gpu_with_default_software() -> None:
     for spec in INSTANCE_TYPES.values():
         model = gpu_model(spec.gpu_model)
         assert model is not None, spec.name
-        assert default_gpu_software(model).driver
+        software = default_gpu_software(model)
+        assert software.supports(model), spec.name
+
+
+def test_gpu_software_records_are_whole_nvidia_installer_names() -> None:
+    """Every record's names are NVIDIA's file names for its versions, never a made-up pattern: the
+    CUDA runfile carries the driver it bundles, cuDNN its build number."""
+    import re
+
+    from tessera.model.catalog import GPU_SOFTWARE
+
+    for record in GPU_SOFTWARE:
+        assert record.driver.name == f"NVIDIA-Linux-x86_64-{record.driver.version}.run"
+        assert re.fullmatch(rf"cuda_{re.escape(record.cuda.version)}_\d+\.\d+\.\d+_linux\.run", record.cuda.name), record.cuda.name
+        build = re.escape(record.cudnn.version) + r"\.\d+"
+        assert re.search(rf"(v|_|-){build}", record.cudnn.name), record.cudnn.name
+        assert (record.cudnn.doc_name is None) == (record.cudnn.dev_name is None)
+        assert record.source
+    assert len({(r.driver.version, r.cuda.version, r.cudnn.version) for r in GPU_SOFTWARE}) == len(GPU_SOFTWARE)
 
 
 def test_mig_resources_follow_the_strategy() -> None:

@@ -63,10 +63,11 @@ def test_missing_file_is_a_problem(tmp_path: Path) -> None:
     assert _problems(tmp_path / "nope.yaml") == ["no such file"]
 
 
-def test_unknown_tessera_key_is_an_error_other_namespaces_are_not(tmp_path: Path) -> None:
-    text = _stack_text(TKE_BASE, {"tessera:nodepools": [], "kubernetes:context": "x", "aws:region": "us-east-1"})
+def test_unknown_keys_and_namespaces_are_errors_provider_namespaces_are_not(tmp_path: Path) -> None:
+    text = _stack_text(TKE_BASE, {"tessera:nodepools": [], "kubernetes:context": "x", "pulumi:tags": {"a": "b"}, "aws:region": "us-east-1"})
     assert _problems(_write(tmp_path, text)) == [
-        "nodepools: unknown key 'nodepools' (did you mean 'nodePools'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace)"
+        "aws:region: unknown config namespace 'aws' (Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)",
+        "nodepools: unknown key 'nodepools' (did you mean 'nodePools'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace, workloads)",
     ]
 
 

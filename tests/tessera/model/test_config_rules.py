@@ -128,6 +128,16 @@ BAD: list[tuple[dict[str, Any], str, Any, str, str]] = [
     (TKE_BASE, "region", "Guangzhou", "tencentcloud:region", "is not a Tencent Cloud region"),
     (EXISTING_BASE, "cluster.kubeconfig", {"secret": "cluster"}, "cluster.kubeconfig.secret", "is a Tessera setting"),
     (TKE_BASE, "nodePools[0].gpuDriver", {"customDriverUrl": "ftp://x/driver.run"}, "nodePools[0].gpuDriver.customDriverUrl", "is not an http(s) URL"),
+    # GPU software: only whole combinations TKE offers, for the pool's GPU
+    (TKE_BASE, "nodePools[0].gpuDriver", {"driver": "470.82.01", "cuda": "12.2.2"}, "nodePools[0].gpuDriver",
+     "driver 470.82.01 + CUDA 12.2.2 is not a combination TKE offers; nearest: driver 470.82.01 + CUDA 11.4.3 + cuDNN 8.2.4; driver 535.161.07 + CUDA 12.2.2 + cuDNN 8.9.4 (unconfirmed)"),
+    (TKE_BASE, "nodePools[0].gpuDriver", {"driver": "535.999.01"}, "nodePools[0].gpuDriver", "driver 535.999.01 is not a combination TKE offers; nearest: driver 535.161.07 + CUDA 12.2.2 + cuDNN 8.9.4 (unconfirmed)"),
+    (TKE_BASE, "nodePools[0].gpuDriver", {"cuda": "11.4"}, "nodePools[0].gpuDriver", "CUDA 11.4 is not a combination TKE offers; nearest: driver 470.82.01 + CUDA 11.4.3"),
+    (TKE_BASE, "nodePools[2].gpuDriver", {"driver": "450.102.04"}, "nodePools[2].gpuDriver",
+     "driver 450.102.04 + CUDA 11.0.3 + cuDNN 8.1.0 does not support A100-40GB (ampere); offered for A100-40GB: driver 470.82.01"),
+    (TKE_BASE, "nodePools[0].gpuDriver", {"cudnn": "8.1.0"}, "nodePools[0].gpuDriver",
+     "cuDNN 8.1.0 comes as Debian packages (libcudnn8_8.1.0.77-1+cuda11.2_amd64.deb), which need a ubuntu node image, not cluster.nodeOs tlinux3.1x86_64"),
+    (TKE_BASE, "nodePools[0].gpuDriver", {"driver": "470.82.01", "customDriverUrl": "https://mirror.example/d.run"}, "nodePools[0].gpuDriver.driver", "customDriverUrl replaces the catalog driver; remove driver"),
     (TKE_BASE, "images", {"requireDigests": True}, "images.tessera.digest", "is required because images.requireDigests is true"),
     (TKE_BASE, "images", {"tessera": {"repository": "ghcr.io/x/tessera", "digest": "sha256:abc"}}, "images.tessera.digest", "is not an image digest"),
     (TKE_BASE, "images", {"tessera": {"repository": "ghcr.io/x/tessera:1.0"}}, "images.tessera.repository", "is not an image repository"),
@@ -162,6 +172,9 @@ GOOD: list[tuple[str, dict[str, Any]]] = [
     ]), "quotas", [{"namespace": "ml", "resources": {"nvidia.com/mig-7g.40gb": 2}}])),
     ("scheduler one minor older", edit(TKE_BASE, "images", {"kubeScheduler": {"repository": "registry.k8s.io/kube-scheduler", "tag": "v1.29.8"}})),
     ("existing with a secret kubeconfig", edit(EXISTING_BASE, "cluster.kubeconfig", {"secret": "kubeconfig"})),
+    ("the provider's documented driver set", edit(TKE_BASE, "nodePools[0].gpuDriver", {"driver": "470.182.03", "cuda": "11.4.3", "cudnn": "8.2.4"})),
+    ("Debian cuDNN on an Ubuntu image", edit(edit(TKE_BASE, "cluster.nodeOs", "ubuntu20.04x86_64"), "nodePools[0].gpuDriver", {"cudnn": "8.1.0"})),
+    ("custom driver with catalog CUDA", edit(TKE_BASE, "nodePools[0].gpuDriver", {"customDriverUrl": "https://mirror.example/d.run", "cuda": "11.4.3"})),
 ]
 
 
@@ -207,12 +220,26 @@ def test_derived_values_come_from_the_catalog() -> None:
     assert config.kube_scheduler_image() == "registry.k8s.io/kube-scheduler:v1.30.0"
 
 
-def test_gpu_driver_override_keeps_other_catalog_defaults() -> None:
-    config = from_pulumi_mapping(edit(TKE_BASE, "nodePools[0].gpuDriver", {"driver": "535.161.07"}))
-    software = config.pool("t4").gpu_software()
-    default = from_pulumi_mapping(TKE_BASE).pool("t4").gpu_software()
-    assert software.driver == "535.161.07"
-    assert (software.cuda, software.cudnn) == (default.cuda, default.cudnn)
+@pytest.mark.parametrize(
+    ("gpu_driver", "expected"),
+    [
+        ({}, ("525.105.17", "12.0.1", "8.8.0")),  # the catalog default for T4 (turing)
+        ({"driver": "535.161.07"}, ("535.161.07", "12.2.2", "8.9.4")),  # one version picks its whole record
+        ({"cuda": "11.4.3"}, ("470.182.03", "11.4.3", "8.2.4")),  # two records have it: the newer driver
+        ({"driver": "470.82.01", "cuda": "11.4.3", "cudnn": "8.2.4"}, ("470.82.01", "11.4.3", "8.2.4")),
+        ({"customDriverUrl": "https://mirror.example/d.run", "cuda": "12.2.2"}, ("535.161.07", "12.2.2", "8.9.4")),
+    ],
+)
+def test_gpu_driver_versions_pick_one_whole_catalog_record(gpu_driver: dict[str, str], expected: tuple[str, str, str]) -> None:
+    software = from_pulumi_mapping(edit(TKE_BASE, "nodePools[0].gpuDriver", gpu_driver)).pool("t4").gpu_software()
+    assert (software.driver.version, software.cuda.version, software.cudnn.version) == expected
+
+
+def test_h200_pools_get_a_driver_branch_that_supports_them() -> None:
+    data = edit(TKE_BASE, "nodePools[0]", {"name": "h200", "kind": "nvidia", "instanceType": "X.H200", "customInstanceType": True, "gpuModel": "H200", "gpuCount": 8})
+    assert from_pulumi_mapping(data).pool("h200").gpu_software().branch >= 550
+    problems = _problems(edit(data, "nodePools[0].gpuDriver", {"driver": "535.161.07"}))
+    assert problems and problems[0][0] == "nodePools[0].gpuDriver" and "does not support H200" in problems[0][1]
 
 
 def test_pulumi_json_text_values_are_decoded() -> None:

@@ -58,6 +58,8 @@ def _prod_with(tmp_path: Path, require: bool, digest: str | None) -> Path:
     if digest is not None:
         images["tessera"]["digest"] = digest
         images["kubeScheduler"]["digest"] = "sha256:" + hashlib.sha256(b"scheduler").hexdigest()
+        for workload in data["config"].get("tessera:workloads", []):  # requireDigests covers them too
+            workload["image"]["digest"] = "sha256:" + hashlib.sha256(workload["name"].encode()).hexdigest()
     path = tmp_path / "Pulumi.prod.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -81,6 +83,7 @@ def test_required_digest_missing_is_reported_and_optional_is_fine(tmp_path: Path
     assert main(["validate", str(_prod_with(tmp_path, True, None))]) == 2
     out = capsys.readouterr().out
     assert "images.tessera.digest: is required because images.requireDigests is true" in out
+    assert "workloads[0].image.digest: is required because images.requireDigests is true" in out
     assert main(["validate", str(_prod_with(tmp_path, False, None))]) == 0
 
 

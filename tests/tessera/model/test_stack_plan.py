@@ -99,3 +99,16 @@ def test_mig_resource_names_follow_the_cluster_wide_strategy(pools: list[dict[st
     assert cluster_mig_strategy(cfg) == strategy
     entry = next(e for e in device_plugin_entries(cfg) if e.name == "tessera-s")
     assert set(entry.replicas) == set(single_pool_capacity)
+
+
+@pytest.mark.parametrize(
+    ("gpu_driver", "line"),
+    [
+        ({"driver": "470.182.03"}, "TKE installs driver 470.182.03 + CUDA 11.4.3 + cuDNN 8.2.4"),
+        ({"driver": "535.161.07"}, "TKE installs driver 535.161.07 + CUDA 12.2.2 + cuDNN 8.9.4 (not in the TencentCloud provider's docs; see docs/nvidia-pools.md)"),
+    ],
+)
+def test_plan_names_the_gpu_software_tke_installs(gpu_driver: dict[str, str], line: str) -> None:
+    pool = {"name": "t4", "kind": "nvidia", "instanceType": "GN7.2XLARGE32", "gpuDriver": gpu_driver}
+    plan = plan_stack(from_pulumi_mapping(edit(TKE_BASE, "nodePools", [pool])))
+    assert line in plan.pools[0].details

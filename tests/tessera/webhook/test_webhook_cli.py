@@ -38,8 +38,10 @@ def test_missing_settings_file_is_a_clear_error(tmp_path: Path) -> None:
         ({"sharedPools": ["a"], "qgpuAliasPools": ["b"]}, [], "not shared pools"),
         ({"sharedPools": ["a"]}, [], "--cert-file"),
         ({"sharedPools": ["a"]}, ["--cert-file", "x"], "both --cert-file and --key-file"),
+        ({"sharedPools": ["a"], "quotas": {"team-a": {"tessera.dev/gpu-core": -1}}}, [], "quotas.team-a.tessera.dev/gpu-core must be a whole number >= 0"),
+        ({"sharedPools": ["a"], "quotas": ["team-a"]}, [], "quotas must map namespaces"),
     ],
-    ids=["alias-pool-not-shared", "no-tls-no-files", "cert-without-key"],
+    ids=["alias-pool-not-shared", "no-tls-no-files", "cert-without-key", "negative-quota", "quota-list"],
 )
 def test_settings_mistakes_exit_2_with_a_hint(tmp_path: Path, settings: dict[str, object], args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     from tessera.cli.main import main
