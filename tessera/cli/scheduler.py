@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,21 @@ def register(sub: Any) -> None:
         "--gpu-placement", choices=["binpack", "spread"], help="with --simulate: GPU-level placement label of the simulated pool"
     )
     serve.add_argument(
+        "--simulate-pods",
+        type=Path,
+        metavar="PODS.csv",
+        help="with --simulate-fill: openb-schema pod CSV whose GPU pods load the simulated cluster",
+    )
+    serve.add_argument(
+        "--simulate-fill",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="with --simulate: before serving, bind --simulate-pods pods (shuffled, cycled) through the production "
+        "binder until this share (0-1) of the GPUs is allocated (default 0: start empty)",
+    )
+    serve.add_argument("--simulate-seed", type=int, default=42, help="with --simulate-fill: shuffle seed of the pods (default 42)")
+    serve.add_argument(
         "--pools-file",
         type=Path,
         default=os.environ.get(ENV_POOLS_FILE) or None,
@@ -90,6 +107,15 @@ def _serve(args: argparse.Namespace) -> int:
     if args.gpu_placement and not args.simulate:
         print("error: --gpu-placement only applies with --simulate; in a cluster it is the pool's node label", file=sys.stderr)
         return 2
+    if (args.simulate_pods or args.simulate_fill) and not args.simulate:
+        print("error: --simulate-pods and --simulate-fill only apply with --simulate", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.simulate_fill <= 1.0:
+        print(f"error: --simulate-fill must be a share of the GPUs between 0 and 1, got {args.simulate_fill}", file=sys.stderr)
+        return 2
+    if bool(args.simulate_pods) != bool(args.simulate_fill):
+        print("error: --simulate-fill and --simulate-pods go together: the share to allocate and the pods to allocate it with", file=sys.stderr)
+        return 2
     if not args.preempt_budget > 0:
         print(f"error: --preempt-budget must be more than 0 seconds, got {args.preempt_budget}", file=sys.stderr)
         return 2
@@ -97,15 +123,20 @@ def _serve(args: argparse.Namespace) -> int:
     simulate = args.simulate is not None
     api: KubeApi
     pod_sink = None
+    prepare: Callable[[Any], None] | None = None
     if simulate:
         from tessera.scheduler.simulate import ensure_pod, simulated_api
         from tessera.sim.trace import TraceError
 
         try:
             fake = simulated_api(args.simulate, gpu_placement=args.gpu_placement)
+            prepare = _simulated_fill(args, fake) if args.simulate_fill else None
         except TraceError as exc:
             for line in exc.problems:
                 print(line, file=sys.stderr)
+            return 2
+        except _FillFailed as exc:
+            print(f"error: --simulate-fill: {exc}", file=sys.stderr)
             return 2
         api = fake
 
@@ -132,8 +163,19 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {host}:{args.port}: {exc.strerror}; pick another --port", file=sys.stderr)
         return 1
-    if not service.start(wait_ready_s=60.0):
+    try:
+        # a filled cluster's first pod list restores every record: give it longer than an empty one
+        started = service.start(wait_ready_s=600.0 if prepare else 60.0, prepare=functools.partial(prepare, service) if prepare else None)
+    except _FillFailed as exc:
+        print(f"error: --simulate-fill: {exc}", file=sys.stderr)
+        service.stop()
+        return 1
+    if not started:
         print("warning: the cache is not in sync yet; /healthz answers 503 until it is", file=sys.stderr)
+    from tessera.scheduler.gc_freeze import freeze_survivors
+
+    # the cache just built lives as long as the process: full collections stop walking it
+    freeze_survivors()
     nodes, _, gpus, _ = service.state.summary()
     mode = f"simulated cluster from {args.simulate}" if simulate else "Kubernetes API"
     print(f"tessera extender on {service.url} ({mode}: {nodes} nodes, {gpus} GPUs; policy {policy.value})", flush=True)
@@ -144,3 +186,29 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     service.stop()
     return 0
+
+
+class _FillFailed(Exception):
+    pass
+
+
+def _simulated_fill(args: argparse.Namespace, fake: Any) -> Callable[[Any], None]:
+    """The `prepare` step of `--simulate-fill` (reads the pod CSV now: its errors come first)."""
+    from tessera.scheduler.simulate_fill import FillError, cycle, fill, trace_arrivals
+
+    trace = trace_arrivals(args.simulate_pods, args.simulate_seed)
+    if not trace:
+        raise _FillFailed(f"{args.simulate_pods}: no pod asks for a GPU")
+
+    def load(service: Any) -> None:
+        try:
+            result = fill(fake, service.state, service.binder, cycle(trace), args.simulate_fill)
+        except FillError as exc:
+            raise _FillFailed(str(exc)) from None
+        print(
+            f"simulated fill: {result.bound} pods bound, {result.allocated_gpus:.2f} of {result.capacity_gpus} GPUs "
+            f"({100 * result.allocated_share:.1f} %), {result.unplaced} fitted nowhere, in {result.seconds:.1f} s",
+            flush=True,
+        )
+
+    return load

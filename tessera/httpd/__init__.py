@@ -5,7 +5,7 @@ server, configured, rather than a third-party one (docs/scheduler-extender.md, "
 Imports only the standard library: the runtime and the node side both stand on it (import-linter
 contracts `layers` and `node-side` in pyproject.toml)."""
 from tessera.httpd.framing import HttpError, HttpLimits
-from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_response, parse_json
+from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_bytes, json_response, parse_json, string_map_json
 from tessera.httpd.server import Endpoint, HardenedHTTPServer, Request, Response, Routes
 
 __all__ = [
@@ -18,6 +18,8 @@ __all__ = [
     "Response",
     "Routes",
     "error_response",
+    "json_bytes",
     "json_response",
     "parse_json",
+    "string_map_json",
 ]

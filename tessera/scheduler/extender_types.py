@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, NamedTuple
 
+from tessera.httpd import json_bytes, string_map_json
 from tessera.kube.api import KubeObject
 from tessera.kube.shape import INT64_MAX, ShapeError, check_pod
 
@@ -176,6 +177,19 @@ class ExtenderFilterResult:
             "FailedAndUnresolvableNodes": self.failed_and_unresolvable_nodes,
             "Error": self.error,
         }
+
+    def to_json_bytes(self) -> bytes:
+        """`json_bytes(self.to_json())`, byte for byte, with the failure maps encoded by
+        `string_map_json` (what a /filter over 10,000 candidates spends its encoding on)."""
+        return b"".join(
+            (
+                b'{"Nodes":', json_bytes(None if self.nodes is None else {"items": self.nodes}),
+                b',"NodeNames":', json_bytes(self.node_names),
+                b',"FailedNodes":', string_map_json(self.failed_nodes),
+                b',"FailedAndUnresolvableNodes":', string_map_json(self.failed_and_unresolvable_nodes),
+                b',"Error":', json_bytes(self.error), b"}",
+            )
+        )
 
     @staticmethod
     def from_json(data: Any) -> ExtenderFilterResult:

@@ -92,7 +92,7 @@ class ExtenderHttpServer:
         self._noted: set[tuple[str, str]] = set()
         self._noted_lock = threading.Lock()
         post: dict[str, Endpoint] = {
-            "filter": self._verb("filter", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: core.filter(a).to_json()),
+            "filter": self._verb("filter", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: core.filter(a).to_json_bytes()),
             "prioritize": self._verb("prioritize", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: [h.to_json() for h in core.prioritize(a)]),
             "bind": self._verb("bind", ExtenderBindingArgs.from_json, ExtenderBindingArgs.FIELDS, lambda a: core.bind(a).to_json()),
             "preempt": self._verb("preempt", ExtenderPreemptionArgs.from_json, ExtenderPreemptionArgs.FIELDS, lambda a: core.preempt(a).to_json()),
@@ -129,7 +129,8 @@ class ExtenderHttpServer:
             except WireError as exc:
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"{verb}: {exc}", path=exc.path) from None
             self._note_unknown(verb, unknown_fields(body, fields))
-            return json_response(HTTPStatus.OK, call(args))
+            result = call(args)
+            return Response(HTTPStatus.OK, result) if isinstance(result, bytes) else json_response(HTTPStatus.OK, result)
 
         return endpoint
 

@@ -62,8 +62,11 @@ class ExtenderService:
     def url(self) -> str:
         return self.server.url
 
-    def start(self, *, wait_ready_s: float = 30.0) -> bool:
-        """Start syncing and serving in the background; True once the cache is in sync."""
+    def start(self, *, wait_ready_s: float = 30.0, prepare: Callable[[], None] | None = None) -> bool:
+        """Start syncing and serving in the background; True once the cache is in sync.
+        `prepare()` runs first, before the sync threads (`--simulate-fill` loads the cluster there)."""
+        if prepare is not None:
+            prepare()
         self.sync.start()
         ready = self.sync.wait_ready(wait_ready_s)
         self.server.start()

@@ -16,6 +16,8 @@ import pytest
 from tessera.model.contract import GPU_CORE
 
 NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nnode-a,32000,131072,2,T4\nnode-b,32000,131072,1,V100M32\ncpu-only,8000,16384,0,\n"
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+PODS_CSV = POD_HEADER + "share,2000,4096,1,500,,LS,Running,0,9,0\nwhole,4000,8192,1,1000,,LS,Running,1,9,1\n"
 
 
 def _tessera(*args: str) -> list[str]:
@@ -120,12 +122,56 @@ def test_unreachable_cluster_exits_1_with_what_to_do(tmp_path: Path) -> None:
         (["--simulate", "NODES", "--placement", "tightest"], "unknown placement policy 'tightest'"),
         (["--gpu-placement", "spread"], "only applies with --simulate"),
         (["--simulate", "NODES", "--preempt-budget", "0"], "--preempt-budget must be more than 0 seconds"),
+        (["--simulate-pods", "PODS", "--simulate-fill", "0.5"], "--simulate-pods and --simulate-fill only apply with --simulate"),
+        (["--simulate", "NODES", "--simulate-fill", "0.5"], "--simulate-fill and --simulate-pods go together"),
+        (["--simulate", "NODES", "--simulate-pods", "PODS"], "--simulate-fill and --simulate-pods go together"),
+        (["--simulate", "NODES", "--simulate-pods", "PODS", "--simulate-fill", "1.5"], "--simulate-fill must be a share of the GPUs between 0 and 1, got 1.5"),
+        (["--simulate", "NODES", "--simulate-pods", "PODS", "--simulate-fill", "-0.1"], "between 0 and 1, got -0.1"),
+        (["--simulate", "NODES", "--simulate-pods", "PODS", "--simulate-fill", "nan"], "between 0 and 1, got nan"),
+        (["--simulate", "NODES", "--simulate-pods", "PODS", "--simulate-fill", "most"], "argument --simulate-fill: invalid float value: 'most'"),
+        (["--simulate", "NODES", "--simulate-pods", "missing.csv", "--simulate-fill", "0.5"], "missing.csv: cannot read it (No such file or directory)"),
+        (["--simulate", "NODES", "--simulate-pods", "BAD_PODS", "--simulate-fill", "0.5"], "bad-pods.csv:4: cpu_milli='lots' is not a number"),
+        (["--simulate", "NODES", "--simulate-pods", "CPU_PODS", "--simulate-fill", "0.5"], "cpu-pods.csv: no pod asks for a GPU"),
     ],
 )
 def test_user_mistakes_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
-    nodes = tmp_path / "nodes.csv"
-    nodes.write_text(NODES_CSV)
-    args = [str(nodes) if a == "NODES" else a for a in args]
+    files = {"NODES": ("nodes.csv", NODES_CSV), "PODS": ("pods.csv", PODS_CSV), "BAD_PODS": ("bad-pods.csv", PODS_CSV + "broken,lots,4096,1,500,,LS,Running,2,9,2\n"),
+             "CPU_PODS": ("cpu-pods.csv", POD_HEADER + "web,2000,4096,0,0,,LS,Running,0,9,0\n")}
+    paths = {}
+    for key, (name, text) in files.items():
+        paths[key] = tmp_path / name
+        paths[key].write_text(text)
+    args = [str(paths[a]) if a in paths else a for a in args]
     done = subprocess.run(_tessera("scheduler", "serve", *args), capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_simulated_fill_serves_a_loaded_cluster(tmp_path: Path) -> None:
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text(NODES_CSV)
+    pods.write_text(PODS_CSV)
+    proc = subprocess.Popen(
+        _tessera("scheduler", "serve", "--simulate", str(nodes), "--simulate-pods", str(pods), "--simulate-fill", "0.6", "--port", "0", "--log-level", "WARNING"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        fill_line, listening = proc.stdout.readline(), proc.stdout.readline()
+        # 3 GPUs; the shuffled, cycled trace (half a GPU, one GPU) is bound until 60 % is allocated
+        match = re.search(r"simulated fill: (\d+) pods bound, ([\d.]+) of 3 GPUs \(([\d.]+) %\), 0 fitted nowhere", fill_line)
+        assert match is not None, fill_line
+        port = re.search(r"http://127\.0\.0\.1:(\d+)", listening)
+        assert port is not None, listening
+        client = Client(int(port.group(1)))
+        status, health = client.get("/healthz")
+        assert status == 200 and f"{match.group(1)} pods, {float(match.group(2)):.2f} GPUs allocated" in health
+        assert 60.0 <= float(match.group(3)) < 100.0
+        # what the fill allocated is taken: a whole GPU no longer fits everywhere it did
+        status, result = client.post("filter", {"Pod": _pod("after", 100), "NodeNames": ["node-a", "node-b"]})
+        assert status == 200 and len(result["NodeNames"]) < 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)

@@ -58,6 +58,9 @@ def _still_serves(toy: ToyService) -> None:
         (request_line("POST", "/json", b'{"a": "\xff\xfe"}'), 400, "not UTF-8: byte 0xff at offset 7", False),
         (request_line("POST", "/json", b"[" * 5000 + b"]" * 5000), 400, "nests deeper than 100 levels", False),
         (request_line("POST", "/json", b"[" * 150 + b"]" * 150), 400, "nests deeper than 100 levels", False),
+        # deep nesting behind scalars in the same list, and inside an object's value
+        (request_line("POST", "/json", b'{"NodeNames": ["a", "b", 1, ' + b"[" * 150 + b"]" * 150 + b"]}"), 400, "nests deeper than 100 levels", False),
+        (request_line("POST", "/json", b'{"a": "x", "b": ' + b'{"c":' * 120 + b"1" + b"}" * 120 + b"}"), 400, "nests deeper than 100 levels", False),
         (request_line("POST", "/json", b'{"a": NaN}'), 400, "NaN is not a JSON number", False),
         (request_line("POST", "/json", b'{"a": 1e999}'), 400, "out of range", False),
         (request_line("POST", "/json", b'{"a": ' + b"9" * 5000 + b"}"), 400, "not valid JSON", False),

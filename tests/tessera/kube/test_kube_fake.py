@@ -215,3 +215,58 @@ def test_a_budget_allows_only_as_many_evictions_as_it_has_left(api: FakeKubeApi)
     api.set_disruption_budget("default", "web", {"app": "web"}, 1)  # a replacement became ready
     api.evict_pod("default", "b")
     assert api.evicted == [("default", "a"), ("default", "b")]
+
+
+def _names(pods: list[dict[str, object]]) -> list[str]:
+    return [str(p["metadata"]["name"]) for p in pods]  # type: ignore[index]
+
+
+def test_pods_by_node_follow_creation_binding_and_deletion(api: FakeKubeApi) -> None:
+    for node in ("n1", "n2"):
+        api.create_node(_node(node))
+    api.create_pod({**_pod("preset"), "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}})  # a static/DaemonSet pod
+    for name in ("a", "b", "c"):
+        uid = api.create_pod(_pod(name, labels={"app": name}))["metadata"]["uid"]
+        api.bind_pod("default", name, uid, "n2" if name == "b" else "n1")
+    api.delete_pod("default", "c")
+    with pytest.raises(Conflict):  # a refused second bind leaves the pod where it was
+        api.bind_pod("default", "a", api.get_pod("default", "a")["metadata"]["uid"], "n2")
+    api.create_pod(_pod("c"))  # same name again, not bound: on no node
+
+    assert _names(api.list_pods(node_name="n1")) == ["preset", "a"]
+    assert _names(api.list_pods(node_name="n2")) == ["b"]
+    assert _names(api.list_pods(node_name="n1", label_selector="app=a")) == ["a"]
+    assert api.list_pods(node_name="gone") == []
+    assert sorted(_names(api.list_pods())) == ["a", "b", "c", "preset"]
+
+
+def test_deleting_a_pod_collects_the_configmaps_it_owns_now(api: FakeKubeApi) -> None:
+    uids = {name: api.create_pod(_pod(name))["metadata"]["uid"] for name in ("p", "q")}
+
+    def owned_by(*names: str) -> dict[str, object]:
+        return {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": n, "uid": uids[n]} for n in names]}
+
+    api.create_configmap("default", {"metadata": {"name": "both", **owned_by("p", "q")}})
+    api.create_configmap("default", {"metadata": {"name": "moved", **owned_by("p")}})
+    api.create_configmap("default", {"metadata": {"name": "q-only", **owned_by("q")}})
+    api.create_configmap("default", {"metadata": {"name": "unowned"}})
+    api.replace_configmap("default", "moved", {"metadata": {"name": "moved", **owned_by("q")}})  # no longer p's
+
+    api.delete_pod("default", "p")
+    assert sorted(_names(api.list_configmaps())) == ["moved", "q-only", "unowned"]
+    api.delete_pod("default", "q")
+    assert _names(api.list_configmaps()) == ["unowned"]
+
+
+def test_a_watcher_that_falls_behind_the_kept_history_gets_410_not_a_gap() -> None:
+    api = FakeKubeApi(history=5)
+    api.create_pod(_pod("p"))
+    _, rv = api.list_pods_and_version()
+    stream = api.watch_pods(resource_version=rv, stop_after_s=5)
+    api.patch_pod_annotations("default", "p", {"i": "first"})
+    assert next(stream).object["metadata"]["annotations"] == {"i": "first"}
+    for i in range(20):  # while the watcher is not reading, its next events leave the history
+        api.patch_pod_annotations("default", "p", {"i": str(i)})
+    with pytest.raises(KubeApiError) as info:
+        next(stream)
+    assert info.value.status == 410 and "too old resource version" in info.value.message

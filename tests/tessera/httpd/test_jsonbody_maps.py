@@ -1,0 +1,39 @@
+"""The /filter reply's fast map encoding writes exactly what `json_bytes` writes, for any map."""
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tessera.httpd import json_bytes, string_map_json
+from tessera.scheduler.extender_types import ExtenderFilterResult
+
+MESSAGES = ["tessera: not enough free GPU compute or GPU memory", "tessera: not enough free CPU", 'odd "quoted" \\ message é\u2028']
+node_names = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,30}", fullmatch=True)
+any_names = st.one_of(node_names, st.text(max_size=12))  # quotes, backslashes, control and non-ASCII characters
+
+
+@given(st.dictionaries(any_names, st.sampled_from(MESSAGES) | st.text(max_size=8), max_size=40))
+def test_any_map_encodes_as_json_bytes_does(values: dict[str, str]) -> None:
+    assert string_map_json(values) == json_bytes(values)
+    assert json.loads(string_map_json(values)) == values
+
+
+@given(st.dictionaries(node_names, st.sampled_from(MESSAGES), max_size=200))
+def test_node_name_maps_take_the_fast_path_and_still_match(values: dict[str, str]) -> None:
+    assert string_map_json(values) == json_bytes(values)
+
+
+@given(
+    st.one_of(st.none(), st.lists(st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"name": any_names})}), max_size=3)),
+    st.one_of(st.none(), st.lists(node_names, max_size=5)),
+    st.dictionaries(any_names, st.sampled_from(MESSAGES), max_size=20),
+    st.dictionaries(any_names, st.sampled_from(MESSAGES), max_size=5),
+    st.text(max_size=10),
+)
+def test_filter_reply_bytes_are_the_json_of_its_fields(
+    nodes: list[dict[str, object]] | None, names: list[str] | None, failed: dict[str, str], unresolvable: dict[str, str], error: str
+) -> None:
+    result = ExtenderFilterResult(nodes=nodes, node_names=names, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable, error=error)
+    assert result.to_json_bytes() == json_bytes(result.to_json())
