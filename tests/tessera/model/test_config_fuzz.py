@@ -9,20 +9,10 @@ from hypothesis import strategies as st
 
 from tessera.model import ConfigError, from_pulumi_mapping
 from tessera.model.plan import plan_stack
+from value_paths import value_paths
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=False, width=32), st.sampled_from(["", "x", "all-1g.5gb", "10.0.0.0/8", "1.30.0", "nvidia.com/gpu", "0 8 * * *", "T4", "shared"]))
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["name", "kind", "replicas", "profile", "zone", "cidr", "x", "nvidia.com/mig-1g.5gb"]), inner, max_size=3)), max_leaves=6)
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            out += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            out += _paths(value, (*prefix, i))
-    return out
 
 
 def _set(data: Any, path: tuple[Any, ...], value: Any) -> None:
@@ -37,7 +27,7 @@ def test_edits_never_escape_as_other_exceptions(base: dict[str, Any], data: st.D
     import copy
 
     mutated = copy.deepcopy(base)
-    path = data.draw(st.sampled_from(_paths(mutated)))
+    path = data.draw(st.sampled_from(value_paths(mutated)))
     _set(mutated, path, value)
     try:
         config = from_pulumi_mapping(mutated)

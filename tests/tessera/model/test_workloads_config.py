@@ -13,6 +13,7 @@ from tessera.model import ConfigError, StackConfig, from_pulumi_mapping
 from tessera.model.capacity import node_capacity, pools_mig_strategy, replica_request
 from tessera.model.plan import plan_stack
 from tessera.model.rules_workloads import duration_seconds, quantity_value
+from value_paths import value_paths
 
 TRITON: Final = {"repository": "nvcr.io/nvidia/tritonserver", "tag": "24.08-py3"}
 PORTS: Final = [{"name": "http", "port": 8000}, {"name": "metrics", "port": 8002}]
@@ -234,23 +235,12 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 2000), st.sampled_
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=2), st.dictionaries(st.sampled_from(["name", "port", "core", "query", "series", "x"]), inner, max_size=2)), max_leaves=4)
 
 
-def _paths(node: Any, prefix: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            out += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            out += _paths(value, (*prefix, i))
-    return out
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), value=VALUES)
 def test_any_workload_edit_validates_or_gives_problems(data: st.DataObject, value: Any) -> None:
     """Never another exception, and a valid result plans and builds."""
     mutated = copy.deepcopy(WL_BASE)
-    path = data.draw(st.sampled_from(_paths(mutated["workloads"], ("workloads",))[1:]))
+    path = data.draw(st.sampled_from(value_paths(mutated["workloads"], ("workloads",))))
     node: Any = mutated
     for part in path[:-1]:
         node = node[part]
