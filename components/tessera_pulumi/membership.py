@@ -34,10 +34,11 @@ def stop(problems: list[Problem], hint: str) -> NoReturn:
     raise pulumi.RunError(f"the stack config has {count} problem{'s' if count != 1 else ''} (listed above); nothing was deployed. {hint}") from None
 
 
-def load_membership(config: StackConfig, secrets: Mapping[str, Any], list_nodes: NodeLister | None = None,
-                    hint: str = "Check with `tessera plan STACK.yaml --kubeconfig ...`.") -> Membership | pulumi.Output[Membership]:
+def load_membership(config: StackConfig, secrets: Mapping[str, Any], list_nodes: NodeLister | None,
+                    hint: str) -> Membership | pulumi.Output[Membership]:
     """The membership of an existing cluster's nodes; an output of it when the kubeconfig is one.
-    `secrets`: where a `cluster.kubeconfig.secret` is looked up (`tessera:<key>`)."""
+    `secrets`: where a `cluster.kubeconfig.secret` is looked up (`tessera:<key>`); `hint`: the
+    route's own advice, after the problems, on how to check the config."""
     try:
         resolved = existing.resolve_kubeconfig(config.cluster, os.environ, secrets)
     except existing.KubeconfigError as err:

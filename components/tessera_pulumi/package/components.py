@@ -54,7 +54,7 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
         config = validate(EXISTING_CLUSTER_PLATFORM, args)
         secrets = secret_values(args)
         # which nodes join which pool (as the stack-file program works it out; an output when the kubeconfig is one)
-        membership = load_membership(config, secrets, hint="Check with `tessera plan` on the same config and `--kubeconfig`.")
+        membership = load_membership(config, secrets, None, "Check with `tessera plan` on the same config and `--kubeconfig`.")
         super().__init__(EXISTING_CLUSTER_PLATFORM.type_token, name, None, opts)
         stack = TesseraStack(name, config, opts=pulumi.ResourceOptions(parent=self), secrets=secrets, membership=membership)
         self.pool_names = pulumi.Output.from_input(stack.pool_names)
