@@ -363,7 +363,7 @@ def _typedef_source(typedef: TypeDef) -> str:
     return f"\n\nclass {typedef.name}(TypedDict):\n    {_literal(typedef.description)}\n\n" + "".join(body)
 
 
-def _module_order(gen: Generator, needs: dict[str, set[str]]) -> list[str]:
+def _module_order(modules: list[str], imports: dict[str, dict[str, set[str]]]) -> list[str]:
     """Modules so that each comes after those it imports; a cycle is a model layout to fix."""
     order: list[str] = []
     visiting: list[str] = []
@@ -374,12 +374,12 @@ def _module_order(gen: Generator, needs: dict[str, set[str]]) -> list[str]:
         if module in visiting:
             raise ValueError(f"the args modules {' -> '.join([*visiting, module])} would import each other; move a type in the model")
         visiting.append(module)
-        for other in sorted(needs[module]):
+        for other in sorted(imports[module]):
             visit(other)
         visiting.pop()
         order.append(module)
 
-    for module in dict.fromkeys(gen.homes.values()):
+    for module in modules:
         visit(module)
     return order
 
@@ -393,8 +393,7 @@ def render(stack: type[StackConfig] = StackConfig) -> dict[str, str]:
     names_by_module: dict[str, list[str]] = {}
     for name, module in gen.homes.items():
         names_by_module.setdefault(module, []).append(name)
-    needs: dict[str, set[str]] = {m: set() for m in names_by_module}
-    imports: dict[str, dict[str, set[str]]] = {m: {} for m in names_by_module}
+    imports: dict[str, dict[str, set[str]]] = {m: {} for m in names_by_module}  # module -> its imports by module
     for module, names in names_by_module.items():
         for name in names:
             typedef = gen.types.get(name)
@@ -402,10 +401,9 @@ def render(stack: type[StackConfig] = StackConfig) -> dict[str, str]:
                 for used in _NAME.findall(f.annotation):
                     home = gen.homes.get(used)
                     if home is not None and home != module:
-                        needs[module].add(home)
                         imports[module].setdefault(home, set()).add(used)
     files: dict[str, str] = {}
-    for module in _module_order(gen, needs):
+    for module in _module_order(list(names_by_module), imports):
         names = names_by_module[module]
         enums = [gen.enums[n] for n in names if n in gen.enums]
         types_ = [gen.types[n] for n in names if n in gen.types]
