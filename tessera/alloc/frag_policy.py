@@ -14,9 +14,12 @@ Tessera's fragmentation-aware policy differs where it measurably helps (docs/sch
   left for a typical pod is stranded);
 - multi-GPU shapes weigh like N pods while they are rare, and equal bands go to the node with
   fewer GPUs, which keeps whole nodes free for 8-GPU pods; once few nodes can still host a
-  multi-GPU shape of the mix, those are reserved for it (`Reservations`, a cluster-wide count);
+  multi-GPU shape of the mix, those are reserved for it (`Reservations`, a cluster-wide count),
+  and nodes that are the only possible hosts of a scarce multi-GPU shape cost a little to break
+  at any load (`Reservations.scarce_loss`);
 - model pressure: a pod that accepts several GPU models avoids the models that pods limited to
-  them will be short of (`ModelPressure`);
+  them will be short of (`ModelPressure`), and keeps a model whole once its free compute nears
+  a few times what those pods will take;
 - the mix is learned online (`WorkloadMix`), in the simulator as in the extender.
 """
 from __future__ import annotations
@@ -249,6 +252,30 @@ class FragAwareSettings:
     the pods of that shape (and of the shapes competing for the same nodes) expected in this many
     arrivals, a GPU pod that would leave one of them unable to host it ranks below every other
     placement (`Reservations`); 0 = off."""
+    reserve_cpu_only: bool = True
+    """Default on: pods without GPUs are held off reserved nodes too. Measured on openb cpu250
+    (seeds 42, 1001): off, 32-core CPU-only pods took the last three 128-core nodes that 8-GPU
+    pods asking 120 cores need, which then failed at 81-85 % arrived (-0.19 against FGD at 90 %);
+    on, none fails before 90 % (+0.00) and 100 % rises from +0.36 to +0.46 against FGD. (An
+    earlier single-seed cpu300 measure, with reservations that held fewer nodes, had it off.)"""
+    scarce_share: float = 0.1
+    """Default 0.1: a multi-GPU shape of the mix that at most this share of the nodes with its GPU
+    count could ever host (openb: 8-GPU pods asking 120 cores fit only the 39 128-core nodes of
+    617 8-GPU nodes) is scarce (`Reservations.scarce_loss`); 0 = none is."""
+    scarce_weight: float = 0.1
+    """Default 0.1: weight of the scarce shapes' GPUs a placement leaves the node unable to host,
+    added to the increase at any load, not only once the reservation is on. CPU-rich nodes
+    otherwise draw CPU-heavy single-GPU pods (host stranding favours them), and by the time
+    the reservation switches on they are gone. Measured (openb, seeds 42 and 1001, with the
+    other defaults): multigpu50 -0.13 -> +0.00 against FGD at 90 % arrived, 100 % +0.37 ->
+    +0.38; cpu072 100 % +0.06 -> +0.11. 0.3 placed the same as 0.1 on cpu072 and multigpu50."""
+    model_protect_factor: float = 4.0
+    """Default 4: a GPU model is protected for the pods limited to it (`ModelPressure`) once its
+    free compute is at most this many times their expected take of the cluster's free compute.
+    Measured on openb gpuspec05 (seeds 42, 1001, with the limited mix refreshed as it is seen,
+    `MixSettings.limited_refresh_ratio`): 2 -> P100-only pods fail from 20-60 % arrived (the
+    2-GPU P100 nodes draw any-model pods; -0.25 against FGD at 90 %); 4 -> -0.00 at 90 %,
+    +0.08 at 95, +0.44 at 100; 8 -> +0.03 / +0.09 / +0.35."""
     tolerance_milli: float = 25.0
     """Default 25 milli-GPU: fragmentation increases closer than this count as equal, so the
     consolidating tie-breaks below decide (exact increases scatter pods over many nodes by noise)."""
@@ -285,8 +312,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self.weighting = "multi" if self.settings.multi_gpu_weighting else "pods"
         super().__init__(snapshot)
         self._nodes: dict[str, NodeState] = {}
-        self._reserve = Reservations(snapshot, self.settings.reserve_horizon_pods)
-        self._pressure = ModelPressure(snapshot)
+        self._reserve = Reservations(snapshot, self.settings.reserve_horizon_pods, cpu_only=self.settings.reserve_cpu_only, scarce_share=self.settings.scarce_share)
+        self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
         self._epoch_of: tuple[int, int, int] = (self._measure.epoch, self._reserve.generation, self._pressure.generation)
         self._epoch = 0
 
@@ -303,8 +330,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     def use_mix(self, snapshot: MixSnapshot) -> None:
         if snapshot.epoch != self._measure.epoch:
             super().use_mix(snapshot)
-            self._reserve = Reservations(snapshot, self.settings.reserve_horizon_pods)
-            self._pressure = ModelPressure(snapshot)
+            self._reserve = Reservations(snapshot, self.settings.reserve_horizon_pods, cpu_only=self.settings.reserve_cpu_only, scarce_share=self.settings.scarce_share)
+            self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
             for node in self._nodes.values():
                 self._reserve.track(node)
                 self._pressure.track(node)
@@ -339,6 +366,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             increase += st.host_weight * self._host_increase(node, pod)
         if st.model_weight and self._pressure:
             increase += st.model_weight * self._model_cost(node, pod, choice)
+        if st.scarce_weight:
+            increase += st.scarce_weight * self._reserve.scarce_loss(node, pod, choice)
         if st.sigmoid_bands:
             banded = float(sigmoid_score(increase, st.band_scale))
         elif st.tolerance_milli > 0:

@@ -18,6 +18,13 @@ Scores must stay a function of the node's state and the policy's epoch (callers 
 node version), so a reservation switches on or off only as a whole (`generation` changes, the
 policy's epoch with it). It switches on at `keep` nodes left and off again only above `2 * keep`,
 so pods released and bound around the threshold do not flush every cache.
+
+Scarce shapes: a multi-GPU shape that only a small share of the nodes with enough GPUs could
+ever host (8-GPU pods asking 120 cores: the 39 128-core nodes of 617 8-GPU nodes) loses its
+hosts long before the count-based reservation switches on, because CPU-heavy single-GPU pods
+prefer exactly those CPU-rich nodes. `scarce_loss` is the scarce shapes' GPUs a placement would
+leave a node unable to host, at any load; the policy adds a small multiple of it to the
+increase, so such nodes are broken only where it buys a better band.
 """
 from __future__ import annotations
 
@@ -44,8 +51,13 @@ _Signature = tuple[tuple[tuple[str, int], ...], int, int]  # (healthy GPUs per m
 class Reservations:
     """Which nodes can host each multi-GPU shape of the mix, and which shapes are reserved."""
 
-    def __init__(self, snapshot: MixSnapshot, horizon_pods: float) -> None:
-        """`horizon_pods` <= 0: no reservations."""
+    def __init__(self, snapshot: MixSnapshot, horizon_pods: float, *, cpu_only: bool = False, scarce_share: float = 0.0) -> None:
+        """`horizon_pods` <= 0: no reservations. `cpu_only`: pods without GPUs are charged too.
+        `scarce_share`: a guard whose possible hosts are at most this share of the nodes with its
+        GPU count is scarce (`scarce_loss`); 0: none is."""
+        self._cpu_only = cpu_only
+        self._scarce_share = scarce_share
+        self._scarce = 0  # bit i set when guard i is scarce
         expected: dict[tuple[int, int, int, frozenset[str] | None], float] = {}
         for s in snapshot.shapes:
             if s.gpu_count >= 2 and horizon_pods > 0:
@@ -59,10 +71,18 @@ class Reservations:
         self._kinds: dict[_Signature, int] = {}  # nodes per signature
         self._active = 0  # bit i set while guard i is reserved
         self._settled = False  # False until first read: then on exactly where count <= keep
-        self.generation = 0
+        self._generation = 0
+        self._scarce_stale = False  # node kinds changed since `_scarce` was counted
 
     def __bool__(self) -> bool:
         return bool(self._guards)
+
+    @property
+    def generation(self) -> int:
+        """Moves whenever a reservation switches on or off or the scarce shapes change."""
+        if self._scarce_stale:
+            self._mark_scarce()
+        return self._generation
 
     @property
     def active(self) -> int:
@@ -97,21 +117,10 @@ class Reservations:
     def penalty(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
         """Milli-GPUs of reserved shapes this placement leaves the node unable to host (summed
         over the shapes it loses)."""
-        if not pod.gpu_containers:
-            # Pods without GPUs are not held off reserved nodes: where CPU is short they would be
-            # pushed onto nodes whose idle GPUs they strand (openb cpu300, seed 42, 100 % arrived:
-            # 85.16 % allocated when they are charged, 85.72 % when not).
-            return 0.0
+        if not pod.gpu_containers and not self._cpu_only:
+            return 0.0  # FragAwareSettings.reserve_cpu_only off
         held = self._able.get(node.name, 0) & self.active
-        if not held:
-            return 0.0
-        taken = {i for indices in assignment for i in indices}
-        idle: dict[str, int] = {}
-        for g in node.gpus:
-            if g.healthy and g.idle and g.index not in taken:
-                idle[g.model] = idle.get(g.model, 0) + 1
-        lost = held & ~self._mask(idle, node.free_cpu_milli - pod.cpu_milli, node.free_memory_mib - pod.memory_mib)
-        return float(sum(g.gpus * MILLI_PER_GPU for i, g in enumerate(self._guards) if lost >> i & 1))
+        return self._lost(node, pod, assignment, held) if held else 0.0
 
     def _mask(self, idle: dict[str, int], free_cpu: int, free_memory: int) -> int:
         mask = 0
@@ -139,6 +148,7 @@ class Reservations:
             self._signatures[name] = signature
             self._kinds[signature] = self._kinds.get(signature, 0) + 1
             changed |= self._kinds[signature] == 1
+        self._scarce_stale = self._scarce_share > 0  # counted on next read: nodes arrive one by one
         if not changed:
             return  # the same kinds of nodes exist as before
         hosts = [frozenset(k for k in self._kinds if self._hosts(g, k)) for g in self._guards]
@@ -147,6 +157,37 @@ class Reservations:
             for i, g in enumerate(self._guards)
         ]
         self._switch()
+
+    def _mark_scarce(self) -> None:
+        """Recount which guards are scarce (on node kinds, not on what is free now)."""
+        self._scarce_stale = False
+        kinds = self._kinds
+        scarce = 0
+        for i, g in enumerate(self._guards):
+            hosts = sum(n for k, n in kinds.items() if self._hosts(g, k))
+            peers = sum(n for k, n in kinds.items() if sum(c for _, c in k[0]) >= g.gpus)
+            if 0 < hosts <= self._scarce_share * peers:
+                scarce |= 1 << i
+        if scarce != self._scarce:
+            self._scarce = scarce
+            self._generation += 1
+
+    def scarce_loss(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
+        """Milli-GPUs of scarce shapes (few nodes can ever host them) this placement leaves the
+        node unable to host, reserved or not."""
+        if self._scarce_stale:
+            self._mark_scarce()
+        held = self._able.get(node.name, 0) & self._scarce
+        return self._lost(node, pod, assignment, held) if held else 0.0
+
+    def _lost(self, node: NodeState, pod: PodRequest, assignment: Assignment, held: int) -> float:
+        taken = {i for indices in assignment for i in indices}
+        idle: dict[str, int] = {}
+        for g in node.gpus:
+            if g.healthy and g.idle and g.index not in taken:
+                idle[g.model] = idle.get(g.model, 0) + 1
+        lost = held & ~self._mask(idle, node.free_cpu_milli - pod.cpu_milli, node.free_memory_mib - pod.memory_mib)
+        return float(sum(g.gpus * MILLI_PER_GPU for i, g in enumerate(self._guards) if lost >> i & 1))
 
     @staticmethod
     def _hosts(g: _Guard, kind: _Signature) -> bool:
@@ -174,4 +215,4 @@ class Reservations:
                 active &= ~(1 << i)
         if active != self._active:
             self._active = active
-            self.generation += 1
+            self._generation += 1

@@ -1,0 +1,83 @@
+"""Keeping the nodes that alone can host a hard shape, and learning the hard shapes soon enough."""
+from __future__ import annotations
+
+import pytest
+
+from tessera.alloc import Cluster, ContainerRequest, GpuState, NodeState, PodRequest, PodUid, WorkloadMix, static_snapshot
+from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy
+from tessera.alloc.workload import MixSettings
+
+
+def _sized(uid: str, gpus: int, milli: int, cpu: int, models: frozenset[str] | None = None) -> PodRequest:
+    containers = (ContainerRequest("main", gpus, milli),) if gpus else ()
+    return PodRequest(PodUid(uid), containers, cpu, 1024, models)
+
+
+def _eight(name: str, cores: int) -> NodeState:
+    return NodeState(name, [GpuState(i, f"{name}-{i}", "G2", 16384) for i in range(8)], cores * 1000, 1 << 20)
+
+
+# 1-GPU pods asking 8 cores, and 0.5 % 8-GPU pods asking 120 cores (only 128-core nodes host them)
+MIX = static_snapshot([_sized(f"one{i}", 1, 1000, 8000) for i in range(199)] + [_sized("eight", 8, 1000, 120000)])
+
+
+@pytest.mark.parametrize(("cpu_only", "where"), [(False, "big"), (True, "small")])
+def test_a_cpu_only_pod_is_held_off_the_last_node_a_reserved_shape_fits(cpu_only: bool, where: str) -> None:
+    """The 128-core node is the only host of the 8-GPU 120-core shape and the reservation is on.
+    A CPU-only pod asking 32 cores strands GPUs on the 64-core node (32 cores left for 8 GPUs
+    whose pods ask 8 each), so host stranding sends it to the big node, leaving 96 cores there.
+    Held off, it strands GPUs instead and the 8-GPU pod still fits later."""
+    cluster = Cluster([_eight("big", 128), _eight("small", 64)], mix=WorkloadMix(prior=MIX))
+    cluster.install_policy(FragmentationAwarePolicy(MIX, FragAwareSettings(reserve_cpu_only=cpu_only)))
+    cluster.set_tie_ranking(["big", "small"])
+    cpu_pod = _sized("cpu", 0, 0, 32000)
+    placement = cluster.schedule(cpu_pod)
+    assert placement is not None and placement.node == where
+    cluster.reserve(cpu_pod, placement)
+    assert (cluster.schedule(_sized("eight-later", 8, 1000, 120000)) is not None) is cpu_only
+
+
+@pytest.mark.parametrize(("weight", "where"), [(0.0, "big0"), (0.1, "small0")])
+def test_the_few_nodes_a_scarce_shape_fits_are_broken_last_before_any_reservation(weight: float, where: str) -> None:
+    """2 of 20 8-GPU nodes have the 128 cores an 8-GPU 120-core pod needs (scarce: 10 %). With a
+    short horizon the reservation is off (one pod expected, two hosts), so host stranding alone
+    sends a 20-core 1-GPU pod to a 128-core node (on a 64-core one it leaves 44 cores for 7 GPUs
+    whose pods ask 8 each); the scarce-shape cost, larger than that stranding, keeps them whole."""
+    nodes = [_eight(f"big{k}", 128) for k in range(2)] + [_eight(f"small{k}", 64) for k in range(18)]
+    cluster = Cluster(nodes, mix=WorkloadMix(prior=MIX))
+    settings = FragAwareSettings(reserve_horizon_pods=100, scarce_weight=weight)
+    cluster.install_policy(FragmentationAwarePolicy(MIX, settings))
+    cluster.set_tie_ranking([n.name for n in nodes])
+    placement = cluster.schedule(_sized("hungry", 1, 1000, 20000))
+    assert placement is not None and placement.node == where
+
+
+@pytest.mark.parametrize(("ratio", "seen"), [(2.0, True), (0.0, False)])
+def test_pods_limited_to_a_model_reach_the_snapshot_when_the_first_arrives(ratio: float, seen: bool) -> None:
+    """100 any-model pods settle the mix; the first P100-only pod changes no shape enough for a
+    drift check to take a new snapshot, but model pressure needs to know about it now."""
+    mix = WorkloadMix(MixSettings(limited_refresh_ratio=ratio))
+    for i in range(100):
+        mix.observe(_sized(f"any{i}", 1, 1000, 8000))
+        mix.snapshot()
+    mix.observe(_sized("p100", 1, 500, 4000, frozenset({"P100"})))
+    limited = dict(mix.snapshot().limited)
+    assert (frozenset({"P100"}) in limited) is seen
+
+
+@pytest.mark.parametrize(("floor", "kept"), [(1e-5, True), (None, False)])
+def test_a_rare_8_gpu_shape_stays_in_the_mix_after_the_mix_moves_on(floor: float | None, kept: bool) -> None:
+    """One 8-GPU pod among thousands: when the mix drifts and a new snapshot is taken, its decayed
+    weight (x 8 GPUs) is under `min_weight`, but its reservation must not go with it."""
+    mix = WorkloadMix(MixSettings(min_weight_multi=floor))
+    for i in range(1000):
+        mix.observe(_sized(f"a{i}", 1, 1000, 8000))
+        mix.snapshot()
+    mix.observe(_sized("eight", 8, 1000, 120000))
+    epoch = mix.snapshot().epoch
+    for i in range(5000):
+        mix.observe(_sized(f"b{i}", 1, 500, 4000))
+        mix.snapshot()
+    snapshot = mix.snapshot()
+    assert snapshot.epoch > epoch, "the mix moved: a new snapshot was taken"
+    assert any(s.gpu_count == 8 for s in snapshot.shapes) is kept
