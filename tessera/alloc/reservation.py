@@ -59,7 +59,7 @@ class Reservations:
         self._scarce_share = scarce_share
         self._scarce = 0  # bit i set when guard i is scarce
         expected: dict[tuple[int, int, int, frozenset[str] | None], float] = {}
-        for s in snapshot.shapes:
+        for s in snapshot.shapes + snapshot.rare_multi:
             if s.gpu_count >= 2 and horizon_pods > 0:
                 key = (s.gpu_count, s.cpu_milli, s.memory_mib, s.gpu_models)
                 expected[key] = expected.get(key, 0.0) + s.weight * horizon_pods

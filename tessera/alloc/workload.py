@@ -41,6 +41,10 @@ class MixSnapshot:
     too rare to be kept in `shapes` (limited pods spread over many rare shapes; model pressure
     needs their whole demand). Empty when no pod names GPU models. Refreshed as limited pods
     arrive (`MixSettings.limited_refresh_ratio`), between the shapes' drift checks."""
+    rare_multi: tuple[TypicalShape, ...] = ()
+    """Multi-GPU shapes too rare for `shapes` but seen recently (`MixSettings.min_weight_multi`):
+    reservations guard their hosts; the fragmentation measure does not weigh them (it would cost
+    every evaluation a few more shapes for a weight under 0.2 %)."""
 
 
 def limited_demand(weights: dict[ShapeKey, float]) -> tuple[tuple[frozenset[str], float], ...]:
@@ -75,14 +79,18 @@ def static_snapshot(pods: Iterable[PodRequest], *, epoch: int = 0) -> MixSnapsho
     return _snapshot(counts, epoch, limited_demand(counts))
 
 
-def _snapshot(weights: dict[ShapeKey, float], epoch: int, limited: tuple[tuple[frozenset[str], float], ...] = ()) -> MixSnapshot:
+def _snapshot(
+    weights: dict[ShapeKey, float], epoch: int, limited: tuple[tuple[frozenset[str], float], ...] = (), rare: dict[ShapeKey, float] | None = None
+) -> MixSnapshot:
+    """`rare`: weights (fractions of all arrivals) of the multi-GPU shapes kept for reservations only."""
     total = sum(weights.values())
     if total <= 0:
         return MixSnapshot(epoch, (), limited)
     shapes = tuple(
         TypicalShape(*key, weight=w / total) for key, w in sorted(weights.items(), key=lambda kv: (-kv[1], repr(kv[0])))
     )
-    return MixSnapshot(epoch, shapes, limited)
+    rare_multi = tuple(TypicalShape(*key, weight=w) for key, w in sorted((rare or {}).items(), key=lambda kv: (-kv[1], repr(kv[0]))))
+    return MixSnapshot(epoch, shapes, limited, rare_multi)
 
 
 @dataclass
@@ -110,8 +118,8 @@ class MixSettings:
     GPUs (an 8-GPU shape is kept from 0.025 % of the pods): a rare 8-GPU pod is a large demand,
     and the nodes able to host it are what reservations keep."""
     min_weight_multi: float | None = 1e-5
-    """Default 1e-5: a multi-GPU shape stays in snapshots down to this weight (None: the
-    `min_weight` rule alone). 8-GPU pods asking 120 cores are ~0.03 % of openb cpu072's pods, so
+    """Default 1e-5: a multi-GPU shape stays in snapshots (`MixSnapshot.rare_multi`, for
+    reservations only) down to this weight (None: dropped under `min_weight`). 8-GPU pods asking 120 cores are ~0.03 % of openb cpu072's pods, so
     the decayed estimate drops them at some snapshots; their reservation went with them and the
     nodes that alone can host them were broken up (cpu072 seed 42: such a pod failed at 89.4 %
     arrived). Kept, a shape seen once stays for ~5 half-lives. Measured (seeds 42, 1001): cpu072
@@ -180,16 +188,18 @@ class WorkloadMix:
         """The mix policies should use now: a new epoch only at a check point and after drift."""
         if self._limited_stale:
             self._limited_stale = False
-            self._snapshot = MixSnapshot(self._snapshot.epoch + 1, self._snapshot.shapes, limited_demand(self._weights))
+            self._snapshot = MixSnapshot(self._snapshot.epoch + 1, self._snapshot.shapes, limited_demand(self._weights), self._snapshot.rare_multi)
         if self._seen < self._next_check:
             return self._snapshot
         self._next_check = self._seen + min(self.settings.max_interval, (self.settings.snapshot_growth - 1) * self._seen)
         floor, multi = self.settings.min_weight, self.settings.min_weight_multi
-        now = {k: w for k, w in self.current().items() if w * max(k[0], 1) >= floor or (multi is not None and k[0] >= 2 and w >= multi)}
+        current = self.current()
+        now = {k: w for k, w in current.items() if w * max(k[0], 1) >= floor}
         if not now:
             return self._snapshot
         old = {(s.gpu_count, s.gpu_milli, s.gpu_memory_mib, s.cpu_milli, s.memory_mib, s.gpu_models): s.weight for s in self._snapshot.shapes}
         drift = sum(abs(now.get(k, 0.0) - old.get(k, 0.0)) for k in now.keys() | old.keys())
         if drift > self.settings.drift_threshold:
-            self._snapshot = _snapshot(now, self._snapshot.epoch + 1, limited_demand(self._weights))
+            rare = {k: w for k, w in current.items() if multi is not None and k[0] >= 2 and k not in now and w >= multi}
+            self._snapshot = _snapshot(now, self._snapshot.epoch + 1, limited_demand(self._weights), rare)
         return self._snapshot
