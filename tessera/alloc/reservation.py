@@ -51,13 +51,17 @@ _Signature = tuple[tuple[tuple[str, int], ...], int, int]  # (healthy GPUs per m
 class Reservations:
     """Which nodes can host each multi-GPU shape of the mix, and which shapes are reserved."""
 
-    def __init__(self, snapshot: MixSnapshot, horizon_pods: float, *, cpu_only: bool = False, scarce_share: float = 0.0) -> None:
+    def __init__(
+        self, snapshot: MixSnapshot, horizon_pods: float, *, cpu_only: bool = False, scarce_share: float = 0.0, scarce_prior: bool = False
+    ) -> None:
         """`horizon_pods` <= 0: no reservations. `cpu_only`: pods without GPUs are charged too.
         `scarce_share`: a guard whose possible hosts are at most this share of the nodes with its
         GPU count is scarce (`scarce_loss`); 0: none is."""
         self._cpu_only = cpu_only
         self._scarce_share = scarce_share
         self._scarce = 0  # bit i set when guard i is scarce
+        self._prior = scarce_prior
+        self._scarce_kinds: frozenset[_Signature] = frozenset()  # whole nodes of these kinds are scarce
         expected: dict[tuple[int, int, int, frozenset[str] | None], float] = {}
         for s in snapshot.shapes + snapshot.rare_multi:
             if s.gpu_count >= 2 and horizon_pods > 0:
@@ -168,8 +172,17 @@ class Reservations:
             peers = sum(n for k, n in kinds.items() if sum(c for _, c in k[0]) >= g.gpus)
             if 0 < hosts <= self._scarce_share * peers:
                 scarce |= 1 << i
-        if scarce != self._scarce:
+        kinds_scarce: frozenset[_Signature] = frozenset()
+        if self._prior:
+            def whole(k: _Signature) -> tuple[int, int]:
+                return sum(c for _, c in k[0]), k[1]
+            kinds_scarce = frozenset(
+                k for k in kinds if whole(k)[0] >= 2 and sum(n for k2, n in kinds.items() if whole(k2)[0] >= whole(k)[0] and whole(k2)[1] >= whole(k)[1])
+                <= self._scarce_share * sum(n for k2, n in kinds.items() if whole(k2)[0] >= whole(k)[0])
+            )
+        if scarce != self._scarce or kinds_scarce != self._scarce_kinds:
             self._scarce = scarce
+            self._scarce_kinds = kinds_scarce
             self._generation += 1
 
     def scarce_loss(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
@@ -178,7 +191,12 @@ class Reservations:
         if self._scarce_stale:
             self._mark_scarce()
         held = self._able.get(node.name, 0) & self._scarce
-        return self._lost(node, pod, assignment, held) if held else 0.0
+        loss = self._lost(node, pod, assignment, held) if held else 0.0
+        if self._scarce_kinds and self._signatures.get(node.name) in self._scarce_kinds:
+            healthy = [g for g in node.gpus if g.healthy]
+            if all(g.idle for g in healthy) and node.used_cpu_milli == 0:
+                loss += len(healthy) * MILLI_PER_GPU  # a whole node of a scarce kind is broken
+        return loss
 
     def _lost(self, node: NodeState, pod: PodRequest, assignment: Assignment, held: int) -> float:
         taken = {i for indices in assignment for i in indices}
