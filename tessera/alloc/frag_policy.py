@@ -276,7 +276,9 @@ class FragAwareSettings:
     the first 8-GPU 120-core pod can arrive at 80 % arrived, after every 128-core node was
     broken, mostly by 32-core CPU-only pods (seeds 44, 1002: one such pod failed, -0.13 against
     FGD at 90 %); with the prior: +0.00 at 90 % and +0.15 to +0.25 more at 100 % (seeds 43, 44,
-    1002). Not on multigpu50 seed 43 (an 8-GPU pod still fails at 89 %, as without it)."""
+    1002). Not on multigpu50 seed 43 (an 8-GPU pod still fails at 89 %, as without it). The
+    inventory is tracked only while the mix has some multi-GPU shape (on openb from the first
+    snapshots on); with none, the prior is idle."""
     model_protect_factor: float = 4.0
     """Default 4: a GPU model is protected for the pods limited to it (`ModelPressure`) once its
     free compute is at most this many times their expected take of the cluster's free compute.
@@ -320,10 +322,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self.weighting = "multi" if self.settings.multi_gpu_weighting else "pods"
         super().__init__(snapshot)
         self._nodes: dict[str, NodeState] = {}
-        self._reserve = Reservations(
-            snapshot, self.settings.reserve_horizon_pods, cpu_only=self.settings.reserve_cpu_only, scarce_share=self.settings.scarce_share,
-            scarce_prior=self.settings.scarce_prior,
-        )
+        self._reserve = self._reservations(snapshot)
         self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
         self._epoch_of: tuple[int, int, int] = (self._measure.epoch, self._reserve.generation, self._pressure.generation)
         self._epoch = 0
@@ -341,14 +340,17 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     def use_mix(self, snapshot: MixSnapshot) -> None:
         if snapshot.epoch != self._measure.epoch:
             super().use_mix(snapshot)
-            self._reserve = Reservations(
-            snapshot, self.settings.reserve_horizon_pods, cpu_only=self.settings.reserve_cpu_only, scarce_share=self.settings.scarce_share,
-            scarce_prior=self.settings.scarce_prior,
-        )
+            self._reserve = self._reservations(snapshot)
             self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
             for node in self._nodes.values():
                 self._reserve.track(node)
                 self._pressure.track(node)
+
+    def _reservations(self, snapshot: MixSnapshot) -> Reservations:
+        st = self.settings
+        return Reservations(
+            snapshot, st.reserve_horizon_pods, cpu_only=st.reserve_cpu_only, scarce_share=st.scarce_share, scarce_prior=st.scarce_prior
+        )
 
     def node_changed(self, node: NodeState) -> None:
         """The cluster added or changed `node` (reservations count nodes cluster-wide)."""
