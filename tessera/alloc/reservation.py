@@ -24,7 +24,9 @@ ever host (8-GPU pods asking 120 cores: the 39 128-core nodes of 617 8-GPU nodes
 hosts long before the count-based reservation switches on, because CPU-heavy single-GPU pods
 prefer exactly those CPU-rich nodes. `scarce_loss` is the scarce shapes' GPUs a placement would
 leave a node unable to host, at any load; the policy adds a small multiple of it to the
-increase, so such nodes are broken only where it buys a better band.
+increase, so such nodes are broken only where it buys a better band. A prior does the same for
+shapes not seen yet (`scarce_prior`): an empty node of a kind that few nodes with as many GPUs
+match in CPU costs its GPUs' worth (times the same weight) to break.
 """
 from __future__ import annotations
 
@@ -173,12 +175,13 @@ class Reservations:
             if 0 < hosts <= self._scarce_share * peers:
                 scarce |= 1 << i
         kinds_scarce: frozenset[_Signature] = frozenset()
-        if self._prior:
-            def whole(k: _Signature) -> tuple[int, int]:
-                return sum(c for _, c in k[0]), k[1]
+        if self._prior:  # whole nodes of a kind few nodes with as many GPUs match in CPU
+            size = {k: (sum(c for _, c in k[0]), k[1]) for k in kinds}  # (GPUs, CPU milli)
             kinds_scarce = frozenset(
-                k for k in kinds if whole(k)[0] >= 2 and sum(n for k2, n in kinds.items() if whole(k2)[0] >= whole(k)[0] and whole(k2)[1] >= whole(k)[1])
-                <= self._scarce_share * sum(n for k2, n in kinds.items() if whole(k2)[0] >= whole(k)[0])
+                k for k, (gpus, cpu) in size.items()
+                if gpus >= 2
+                and sum(n for k2, n in kinds.items() if size[k2][0] >= gpus and size[k2][1] >= cpu)
+                <= self._scarce_share * sum(n for k2, n in kinds.items() if size[k2][0] >= gpus)
             )
         if scarce != self._scarce or kinds_scarce != self._scarce_kinds:
             self._scarce = scarce
