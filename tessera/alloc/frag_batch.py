@@ -68,6 +68,25 @@ class VectorBatch:
             self._changed += (item, position, f, m)
         return item
 
+    def one_change_each(self, base: int, models: frozenset[str], free_cpu: int, free_memory: int, changes: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+        """One item per change (position, new free milli, new free memory) of `base`, as
+        `item(base, ..., [change])` each; returns (position, item) pairs."""
+        first = len(self._base)
+        found = self._model_sets.get(models)
+        if found is None:
+            found = self._model_sets[models] = len(self._model_sets)
+        count = len(changes)
+        self._base += [base] * count
+        self._cpu += [free_cpu] * count
+        self._ram += [free_memory] * count
+        self._models += [found] * count
+        out = []
+        changed = self._changed
+        for i, (position, f, m) in enumerate(changes):
+            changed += (first + i, position, f, m)
+            out.append((position, first + i))
+        return out
+
     def values(self, measure: FragmentationMeasure) -> list[float]:
         """The measure of every item, in the order they were added; each equals `measure.of`."""
         if not self._base:
@@ -158,7 +177,10 @@ def measure_many(measure: FragmentationMeasure, items: Sequence[tuple[frozenset[
 class NodeVector:
     """What the simple path reads of one version of a node, computed once per version."""
 
-    __slots__ = ("version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline", "before_epoch", "before")
+    __slots__ = (
+        "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
+        "before_epoch", "before", "distinct",
+    )
 
     def __init__(self, node: NodeState) -> None:
         healthy = [g for g in node.gpus if g.healthy]
@@ -174,6 +196,14 @@ class NodeVector:
         self.offline = any(g.offline_milli for g in node.gpus)
         self.before_epoch = -1  # the measure epoch `before` was computed under; -1: not yet
         self.before = 0.0  # the node's fragmentation as it is
+        # (position, free milli, free memory) of the first GPU of each distinct free value: the
+        # candidates for a share (GPUs in the same state are interchangeable; the lowest index wins)
+        seen: set[GpuFree] = set()
+        self.distinct: list[tuple[int, int, int]] = []
+        for k, (f, m) in enumerate(self.free):
+            if (f, m) not in seen:
+                seen.add((f, m))
+                self.distinct.append((k, f, m))
 
 
 class SimpleBatch:
@@ -208,14 +238,10 @@ class SimpleBatch:
             candidates.append((-1, batch.item(base, vector.models, cpu_after, memory_after, [(k, (0, 0)) for k in positions])))
         else:
             milli, need_memory = c.gpu_milli, c.gpu_memory_mib or 0
-            tried: set[GpuFree] = set()
-            for k, (f, m) in enumerate(vector.free):
-                if f < milli or m < need_memory or (f, m) in tried:
-                    continue
-                tried.add((f, m))
-                if base < 0:
-                    base = batch.base(vector.free_milli, vector.free_memory)
-                candidates.append((k, batch.item(base, vector.models, cpu_after, memory_after, [(k, (f - milli, m - need_memory))])))
+            fitting = [(k, f - milli, m - need_memory) for k, f, m in vector.distinct if f >= milli and m >= need_memory]
+            if fitting:
+                base = batch.base(vector.free_milli, vector.free_memory)
+                candidates = batch.one_change_each(base, vector.models, cpu_after, memory_after, fitting)
             if not candidates:
                 self._failed.append((position, memo, key))
                 return
