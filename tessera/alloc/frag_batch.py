@@ -179,7 +179,7 @@ class NodeVector:
 
     __slots__ = (
         "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
-        "before_epoch", "before", "distinct",
+        "before_epoch", "before", "distinct", "no_placement", "uncapped",
     )
 
     def __init__(self, node: NodeState) -> None:
@@ -194,6 +194,9 @@ class NodeVector:
         self.models = node.models
         self.idle_count = sum(self.idle)
         self.offline = any(g.offline_milli for g in node.gpus)
+        # read from the labels once per version (a label change makes a new version)
+        self.no_placement = node.gpu_placement is None
+        self.uncapped = node.max_shares_per_gpu is None
         self.before_epoch = -1  # the measure epoch `before` was computed under; -1: not yet
         self.before = 0.0  # the node's fragmentation as it is
         # (position, free milli, free memory) of the first GPU of each distinct free value: the

@@ -127,7 +127,7 @@ class _FragPolicyBase(ABC):
 
     def _simple_node(self, node: NodeState, vector: NodeVector) -> bool:
         # the share cap is enforced in assign(); placement labels rank GPUs their own way
-        return (self.faithful or node.gpu_placement is None) and not vector.offline and node.max_shares_per_gpu is None
+        return (self.faithful or vector.no_placement) and not vector.offline and vector.uncapped
 
     @abstractmethod
     def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
