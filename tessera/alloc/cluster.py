@@ -237,7 +237,12 @@ class Cluster:
         if candidates is None:
             impl = self.policy(policy)
             found = self._index.best(
-                (impl.name, pod.shape), impl.epoch, self.nodes, self._rank, lambda name: self.evaluate(pod, name, policy)
+                (impl.name, pod.shape),
+                impl.epoch,
+                self.nodes,
+                self._rank,
+                lambda name: self.evaluate(pod, name, policy),
+                lambda names: self.evaluate_many(pod, names, policy),
             )
             return None if found is None else self._placement(pod, found[0], found[1])
         best: tuple[tuple[float, ...], int] | None = None

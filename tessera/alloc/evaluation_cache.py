@@ -69,7 +69,8 @@ class EvaluationCache:
 
     def evaluate_many(self, impl: Policy, nodes: Mapping[str, NodeState], pod: PodRequest, names: Iterable[str]) -> dict[str, Result]:
         """`evaluate` for each name (UNKNOWN_NODE where `nodes` lacks it), with the per-pod work
-        done once."""
+        done once and the nodes no cache answers handed to the policy together (`evaluate_many`
+        of a policy that has one: the fragmentation policies vectorise them)."""
         out: dict[str, Result] = {}
         unknown = FitFailure.UNKNOWN_NODE
         if not impl.cacheable:
@@ -80,16 +81,39 @@ class EvaluationCache:
         key = (impl.name, pod.shape)
         epoch = impl.epoch
         demand = Demand.of(pod) if impl.standard_fit else None
-        evaluate = self._evaluate
+        cached = self._cached
+        missing: list[tuple[NodeState, dict[tuple[object, ...], _CacheEntry], int]] = []
         for name in names:
             node = nodes.get(name)
-            out[name] = unknown if node is None else evaluate(impl, node, pod, key, epoch, demand)
+            if node is None:
+                out[name] = unknown
+                continue
+            found = cached(node, key, epoch, demand)
+            if isinstance(found, tuple):
+                out[name] = None  # type: ignore[assignment]  # placeholder: keeps the order of `names`
+                missing.append((node, *found))
+            else:
+                out[name] = found
+        if missing:
+            # one evaluation per state, as the by-state cache gives one by one
+            todo: dict[int, NodeState] = {}
+            for node, _, state in missing:
+                todo.setdefault(state, node)
+            batch = getattr(impl, "evaluate_many", None)
+            nodes_todo = list(todo.values())
+            results = batch(nodes_todo, pod) if batch is not None else [impl.evaluate(node, pod) for node in nodes_todo]
+            by_state = dict(zip(todo, results))
+            for node, per_node, state in missing:
+                result = by_state[state]
+                self._store(node, per_node, state, key, epoch, result)
+                out[node.name] = result
         return out
 
-    def _evaluate(
-        self, impl: Policy, node: NodeState, pod: PodRequest, key: tuple[object, ...], epoch: int, demand: Demand | None
-    ) -> Result:
-        """`demand`: the pod's, when the policy's fit rules are `host_fit` + `assign`."""
+    def _cached(
+        self, node: NodeState, key: tuple[object, ...], epoch: int, demand: Demand | None
+    ) -> Result | tuple[dict[tuple[object, ...], _CacheEntry], int]:
+        """The answer when a shortcut has it, else (the node's per-shape cache, its state id)
+        for `_store`."""
         info = self._info.get(node.name)
         if info is None or info.version != node.version:
             info = self._info[node.name] = _NodeInfo(node.version, capacity_of(node))
@@ -105,18 +129,36 @@ class EvaluationCache:
             return hit[2]
         if info.state < 0:
             info.state = self._intern(node)
-        shared_key = (key, info.state)
-        shared = self._by_state.get(shared_key)
+        shared = self._by_state.get((key, info.state))
         if shared is not None and shared[0] == epoch:
             result = shared[1]
-        else:
-            result = impl.evaluate(node, pod)
-            if len(self._by_state) >= _STATE_CACHE_LIMIT:
-                self._by_state.clear()
-            self._by_state[shared_key] = (epoch, result)
+            self._remember(per_node, key, node.version, epoch, result)
+            return result
+        return per_node, info.state
+
+    def _store(
+        self, node: NodeState, per_node: dict[tuple[object, ...], _CacheEntry], state: int, key: tuple[object, ...], epoch: int, result: Result
+    ) -> None:
+        if len(self._by_state) >= _STATE_CACHE_LIMIT:
+            self._by_state.clear()
+        self._by_state[(key, state)] = (epoch, result)
+        self._remember(per_node, key, node.version, epoch, result)
+
+    @staticmethod
+    def _remember(per_node: dict[tuple[object, ...], _CacheEntry], key: tuple[object, ...], version: int, epoch: int, result: Result) -> None:
         if len(per_node) >= _PER_NODE_LIMIT:
             per_node.clear()
-        per_node[key] = (node.version, epoch, result)
+        per_node[key] = (version, epoch, result)
+
+    def _evaluate(
+        self, impl: Policy, node: NodeState, pod: PodRequest, key: tuple[object, ...], epoch: int, demand: Demand | None
+    ) -> Result:
+        """`demand`: the pod's, when the policy's fit rules are `host_fit` + `assign`."""
+        found = self._cached(node, key, epoch, demand)
+        if not isinstance(found, tuple):
+            return found
+        result = impl.evaluate(node, pod)
+        self._store(node, *found, key, epoch, result)
         return result
 
     def _intern(self, node: NodeState) -> int:

@@ -110,19 +110,16 @@ class PodRequest:
     namespace: str = ""
     name: str = ""
     shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    # derived once: the policies read them for every node they score
+    gpu_milli_total: int = field(init=False, repr=False, compare=False)
+    gpu_containers: tuple[ContainerRequest, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         gpu = tuple((c.gpu_count, c.gpu_milli, c.gpu_memory_mib) for c in self.containers if c.gpu_count)
         # Everything that can change a policy's score, so scores can be cached per node and shape.
         object.__setattr__(self, "shape", (gpu, self.cpu_milli, self.memory_mib, self.gpu_models, self.app_class))
-
-    @property
-    def gpu_milli_total(self) -> int:
-        return sum(c.total_milli for c in self.containers)
-
-    @property
-    def gpu_containers(self) -> tuple[ContainerRequest, ...]:
-        return tuple(c for c in self.containers if c.gpu_count)
+        object.__setattr__(self, "gpu_milli_total", sum(c.total_milli for c in self.containers))
+        object.__setattr__(self, "gpu_containers", tuple(c for c in self.containers if c.gpu_count))
 
 
 @dataclass(slots=True)

@@ -45,7 +45,10 @@ class BestNodeIndex:
         nodes: Mapping[str, NodeState],
         rank: Mapping[str, int],
         evaluate: Callable[[str], Evaluation | FitFailure],
+        evaluate_many: Callable[[list[str]], Mapping[str, Evaluation | FitFailure]] | None = None,
     ) -> tuple[str, Evaluation] | None:
+        """`evaluate_many`: the same answers for many nodes at once (after a new epoch every node
+        is evaluated again; a policy may do that faster together)."""
         h = self._heaps.get(key)
         if h is None or h.epoch != epoch:
             h = _ShapeHeap(epoch, len(self._log))
@@ -55,18 +58,17 @@ class BestNodeIndex:
             names = list(dict.fromkeys(self._log[h.seen :]))
             h.seen = len(self._log)
         heap = h.heap
-        for name in names:
-            node = nodes.get(name)
-            if node is None:
-                continue
-            result = evaluate(name)
+        known = [name for name in names if name in nodes]
+        results = evaluate_many(known) if evaluate_many is not None else {name: evaluate(name) for name in known}
+        for name in known:
+            result = results[name]
             if not isinstance(result, FitFailure):
-                heapq.heappush(heap, (tuple(-k for k in result.key), rank.get(name, 1 << 30), name, node.version))
+                heapq.heappush(heap, (tuple(-k for k in result.key), rank.get(name, 1 << 30), name, nodes[name].version))
         best: tuple[str, Evaluation] | None = None
         while heap:
             _, _, name, version = heap[0]
-            node = nodes.get(name)
-            if node is not None and node.version == version:
+            top = nodes.get(name)
+            if top is not None and top.version == version:
                 result = evaluate(name)  # served from the per-node cache
                 if not isinstance(result, FitFailure):
                     best = (name, result)
