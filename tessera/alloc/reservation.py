@@ -64,6 +64,7 @@ class Reservations:
         self._scarce = 0  # bit i set when guard i is scarce
         self._prior = scarce_prior
         self._scarce_kinds: frozenset[_Signature] = frozenset()  # whole nodes of these kinds are scarce
+        self._scarce_nodes: frozenset[str] = frozenset()  # the nodes of those kinds (a cheap test per evaluation)
         expected: dict[tuple[int, int, int, frozenset[str] | None], float] = {}
         for s in snapshot.shapes + snapshot.rare_multi:
             if s.gpu_count >= 2 and horizon_pods > 0:
@@ -183,6 +184,7 @@ class Reservations:
                 and sum(n for k2, n in kinds.items() if size[k2][0] >= gpus and size[k2][1] >= cpu)
                 <= self._scarce_share * sum(n for k2, n in kinds.items() if size[k2][0] >= gpus)
             )
+        self._scarce_nodes = frozenset(name for name, k in self._signatures.items() if k in kinds_scarce) if kinds_scarce else frozenset()
         if scarce != self._scarce or kinds_scarce != self._scarce_kinds:
             self._scarce = scarce
             self._scarce_kinds = kinds_scarce
@@ -195,7 +197,7 @@ class Reservations:
             self._mark_scarce()
         held = self._able.get(node.name, 0) & self._scarce
         loss = self._lost(node, pod, assignment, held) if held else 0.0
-        if self._scarce_kinds and self._signatures.get(node.name) in self._scarce_kinds:
+        if node.name in self._scarce_nodes:
             healthy = [g for g in node.gpus if g.healthy]
             if all(g.idle for g in healthy) and node.used_cpu_milli == 0:
                 loss += len(healthy) * MILLI_PER_GPU  # a whole node of a scarce kind is broken
