@@ -192,7 +192,9 @@ class Reservations:
 
     def scarce_loss(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
         """Milli-GPUs of scarce shapes (few nodes can ever host them) this placement leaves the
-        node unable to host, reserved or not."""
+        node unable to host, reserved or not. Pods without GPUs only with `cpu_only`."""
+        if not pod.gpu_containers and not self._cpu_only:
+            return 0.0
         if self._scarce_stale:
             self._mark_scarce()
         held = self._able.get(node.name, 0) & self._scarce
