@@ -48,16 +48,17 @@ VARIANTS: dict[str, tuple[FragAwareSettings, bool]] = {  # name -> (settings, le
     "idle": (replace(BASE, prefer_fewer_idle=True), True),
     # the terms added for the 90-95 % dips (2026-11-26, docs/scheduling.md items 10-13)
     "noscarce": (replace(BASE, scarce_weight=0.0), True),
-    "nocpureserve": (replace(BASE, reserve_cpu_only=False), True),
+    "cpureserve": (replace(BASE, reserve_cpu_only=True), True),  # opt-in (cpu250 dips vs cpu300)
+    "noprior": (replace(BASE, scarce_prior=False), True),
     "protect2": (replace(BASE, model_protect_factor=2.0), True),
     "protect8": (replace(BASE, model_protect_factor=8.0), True),
     "norefresh": (BASE, True),  # with MIX_VARIANTS below
-    "nomultifloor": (BASE, True),
+    "multifloor": (BASE, True),  # opt-in, with MIX_VARIANTS below
     "before-dips": (replace(BASE, scarce_weight=0.0, reserve_cpu_only=False, model_protect_factor=2.0), True),
 }
 MIX_VARIANTS: dict[str, MixSettings] = {  # name -> how the mix is learned, where not the default
     "norefresh": MixSettings(limited_refresh_ratio=0.0),
-    "nomultifloor": MixSettings(min_weight_multi=None),
+    "multifloor": MixSettings(min_weight_multi=1e-5),
     "before-dips": MixSettings(limited_refresh_ratio=0.0, min_weight_multi=None),
 }
 MARKS = (90, 95, 100, 130)
