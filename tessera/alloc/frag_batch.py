@@ -220,7 +220,8 @@ class SimpleBatch:
         self._pod = pod
         self._container = pod.gpu_containers[0]
         self._batch = VectorBatch()
-        # (position, memo, key, vector, item of `before` or -1, candidate (GPU position, item) pairs)
+        # (position, memo, key, vector, item of `before` or -1, (GPU position, item) pairs: the
+        # candidates of a share, or the GPUs a whole-GPU pod takes, all with its one item)
         self._nodes: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], NodeVector, int, list[tuple[int, int]]]] = []
         self._failed: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...]]] = []
 
@@ -238,7 +239,8 @@ class SimpleBatch:
                 self._failed.append((position, memo, key))
                 return
             base = batch.base(vector.free_milli, vector.free_memory)
-            candidates.append((-1, batch.item(base, vector.models, cpu_after, memory_after, [(k, (0, 0)) for k in positions])))
+            item = batch.item(base, vector.models, cpu_after, memory_after, [(k, (0, 0)) for k in positions])
+            candidates = [(k, item) for k in positions]  # one item: every GPU the pod takes
         else:
             milli, need_memory = c.gpu_milli, c.gpu_memory_mib or 0
             fitting = [(k, f - milli, m - need_memory) for k, f, m in vector.distinct if f >= milli and m >= need_memory]
@@ -267,8 +269,8 @@ class SimpleBatch:
                 vector.before_epoch = epoch
             before = vector.before
             if c.whole:
-                positions = [k for k, is_idle in enumerate(vector.idle) if is_idle][: c.gpu_count]
-                raw: Raw = (values[candidates[0][1]] - before, (tuple(vector.indices[k] for k in positions),), vector.idle_count - c.gpu_count)
+                taken = tuple(vector.indices[k] for k, _ in candidates)
+                raw: Raw = (values[candidates[0][1]] - before, (taken,), vector.idle_count - c.gpu_count)
             else:
                 k, best = candidates[0][0], round(values[candidates[0][1]], 6)
                 for candidate, item in candidates[1:]:
