@@ -266,13 +266,26 @@ class FragAwareSettings:
     the pods of that shape (and of the shapes competing for the same nodes) expected in this many
     arrivals, a GPU pod that would leave one of them unable to host it ranks below every other
     placement (`Reservations`); 0 = off."""
-    reserve_cpu_only: bool = False
-    """Default off: pods without GPUs are neither held off reserved nodes nor charged the scarce
-    costs. On: openb cpu250 (25 % CPU-only pods) loses no 8-GPU 120-core pod before 90 % arrived
-    (seeds 42, 1001: -0.19 -> +0.00 against FGD at 90 %), because 32-core CPU-only pods no
-    longer take the last whole 128-core nodes; but cpu300 (30 % CPU-only pods, CPU the binding
-    resource) falls to 84.84 % at 100 % arrived against FGD's 85.66 (seed 42; 85.74 with it
-    off). Measured 2026-11-26; the trade-off needs a rule that sees whether CPU is short."""
+    reserve_cpu_only: bool = True
+    """Default on: pods without GPUs are held off reserved nodes and charged the scarce costs too,
+    but only while CPU is plentiful (`cpu_only_headroom`). openb cpu250 (25 % CPU-only pods):
+    32-core CPU-only pods no longer take the last whole 128-core nodes that 8-GPU 120-core pods
+    need (seed 42: -0.25 -> +0.00 against FGD at 90 % arrived). Unconditionally on, cpu300
+    (30 % CPU-only pods, CPU the binding resource) fell to 84.84 % at 100 % arrived against
+    FGD's 85.66 (seed 42; 85.74 with it off): CPU-only pods kept off the CPU-rich reserved
+    nodes took the cores of nodes whose GPUs then starved. Off: no pod without GPUs is charged."""
+    cpu_only_headroom: float = 1.0
+    """Default 1: pods without GPUs are charged (`reserve_cpu_only`) only while the cluster's free
+    CPU is at least this many times what its free GPUs need at the mix's GPU pods' CPU per GPU
+    (`HostDemand.cpu_per_milli`); below it CPU is the binding resource, and they go wherever
+    they strand least. Charged again only above 1.25 times it. The measured ratio on openb
+    seed 42: cpu300 falls below 1 at ~71 % arrived, before any reservation is on (80 %);
+    cpu250 stays >= 1.1 until the cluster is full (92 %), as do the other workloads.
+    0: always charged."""
+    rare_multi_need_cpu: bool = True
+    """Default on: the multi-GPU shapes kept in the mix only for reservations
+    (`MixSettings.min_weight_multi`) are guarded only while CPU is plentiful
+    (`cpu_only_headroom`), like CPU-only pods are charged."""
     scarce_share: float = 0.1
     """Default 0.1: a multi-GPU shape of the mix that at most this share of the nodes with its GPU
     count could ever host (openb: 8-GPU pods asking 120 cores fit only the 39 128-core nodes of
@@ -365,7 +378,14 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     def _reservations(self, snapshot: MixSnapshot) -> Reservations:
         st = self.settings
         return Reservations(
-            snapshot, st.reserve_horizon_pods, cpu_only=st.reserve_cpu_only, scarce_share=st.scarce_share, scarce_prior=st.scarce_prior
+            snapshot,
+            st.reserve_horizon_pods,
+            cpu_only=st.reserve_cpu_only,
+            cpu_per_milli=self._host.cpu_per_milli,
+            cpu_headroom=st.cpu_only_headroom,
+            rare_need_cpu=st.rare_multi_need_cpu,
+            scarce_share=st.scarce_share,
+            scarce_prior=st.scarce_prior,
         )
 
     def node_changed(self, node: NodeState) -> None:

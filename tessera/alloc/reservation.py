@@ -27,6 +27,16 @@ leave a node unable to host, at any load; the policy adds a small multiple of it
 increase, so such nodes are broken only where it buys a better band. A prior does the same for
 shapes not seen yet (`scarce_prior`): an empty node of a kind that few nodes with as many GPUs
 match in CPU costs its GPUs' worth (times the same weight) to break.
+
+Pods without GPUs (`cpu_only`) are held off reserved and scarce hosts only while CPU is
+plentiful: while the cluster's free CPU can feed its free GPUs at what the mix's GPU pods ask per
+GPU (`HostDemand.cpu_per_milli`) `cpu_headroom` times over. Where CPU is the binding resource
+(openb cpu300: free CPU falls below that at ~70 % arrived, the cluster stops at ~86 % of its
+GPUs because the cores run out) a CPU-only pod kept off a CPU-rich reserved node takes its cores
+from a node whose GPUs then starve; every core is worth more to the GPU pods than the whole
+nodes kept for a rare shape. Where CPU-only pods are many but CPU is not short (cpu250: free CPU
+stays above 1.1 times what the free GPUs need up to 92 % arrived) they would otherwise take the
+last 128-core nodes that 8-GPU 120-core pods need.
 """
 from __future__ import annotations
 
@@ -47,6 +57,9 @@ class _Guard:
     keep: int  # its pods expected within the horizon, >= 1
 
 
+# CPU-only pods are charged again only once the free CPU is this many times the headroom
+_CPU_HYSTERESIS = 1.25
+
 _Signature = tuple[tuple[tuple[str, int], ...], int, int]  # (healthy GPUs per model, CPU, RAM) of an empty node
 
 
@@ -54,12 +67,29 @@ class Reservations:
     """Which nodes can host each multi-GPU shape of the mix, and which shapes are reserved."""
 
     def __init__(
-        self, snapshot: MixSnapshot, horizon_pods: float, *, cpu_only: bool = False, scarce_share: float = 0.0, scarce_prior: bool = False
+        self,
+        snapshot: MixSnapshot,
+        horizon_pods: float,
+        *,
+        cpu_only: bool = False,
+        cpu_per_milli: float = 0.0,
+        cpu_headroom: float = 0.0,
+        rare_need_cpu: bool = False,
+        scarce_share: float = 0.0,
+        scarce_prior: bool = False,
     ) -> None:
-        """`horizon_pods` <= 0: no reservations. `cpu_only`: pods without GPUs are charged too.
+        """`horizon_pods` <= 0: no reservations. `cpu_only`: pods without GPUs are charged too,
+        while the free CPU is at least `cpu_headroom` times the free GPU milli times
+        `cpu_per_milli` (what the mix's GPU pods ask per milli-GPU); 0: always. `rare_need_cpu`:
+        the shapes kept only for reservations (`MixSnapshot.rare_multi`) are guarded only then too.
         `scarce_share`: a guard whose possible hosts are at most this share of the nodes with its
         GPU count is scarce (`scarce_loss`); 0: none is."""
         self._cpu_only = cpu_only
+        self._free_of: dict[str, tuple[int, int]] = {}  # node -> (free CPU milli, free milli-GPU)
+        self._free_cpu = 0
+        self._free_gpu = 0
+        self._cpu_plenty = True
+        self._cpu_settled = False  # False until first read, like `active`
         self._scarce_share = scarce_share
         self._scarce = 0  # bit i set when guard i is scarce
         self._prior = scarce_prior
@@ -71,6 +101,11 @@ class Reservations:
                 key = (s.gpu_count, s.cpu_milli, s.memory_mib, s.gpu_models)
                 expected[key] = expected.get(key, 0.0) + s.weight * horizon_pods
         self._guards = tuple(_Guard(*key, max(1, math.ceil(n))) for key, n in sorted(expected.items(), key=repr))
+        common = {(s.gpu_count, s.cpu_milli, s.memory_mib, s.gpu_models) for s in snapshot.shapes}
+        # guards of shapes only `rare_multi` has: dropped while CPU is short (`rare_need_cpu`)
+        self._rare = sum(1 << i for i, g in enumerate(self._guards) if (g.gpus, g.cpu_milli, g.memory_mib, g.models) not in common) if rare_need_cpu else 0
+        gated = cpu_only or self._rare
+        self._cpu_need = cpu_headroom * cpu_per_milli if gated else 0.0  # CPU milli per free milli-GPU
         self._keep = [g.keep for g in self._guards]  # own pods plus those of shapes fitting only where it fits
         self._able: dict[str, int] = {}  # node -> bit i set when it can host guard i now
         self._counts = [0] * len(self._guards)
@@ -98,7 +133,7 @@ class Reservations:
         if not self._settled:
             self._settled = True
             self._active = sum(1 << i for i, keep in enumerate(self._keep) if self._counts[i] <= keep)
-        return self._active
+        return self._active if self._rare == 0 or self._plenty() else self._active & ~self._rare
 
     def track(self, node: NodeState) -> None:
         """The node changed (or is new): recount the shapes it can host."""
@@ -115,17 +150,49 @@ class Reservations:
         if self._signatures.get(node.name) != signature:
             self._classify(node.name, signature)
         self._set(node.name, self._mask(idle, node.free_cpu_milli, node.free_memory_mib))
+        if self._cpu_need > 0:
+            self._set_free(node.name, (node.free_cpu_milli, sum(g.free_milli for g in node.gpus if g.healthy)))
 
     def forget(self, name: str) -> None:
         if self._guards:
             self._set(name, 0)
             self._able.pop(name, None)
             self._classify(name, None)
+            if self._cpu_need > 0:
+                self._set_free(name, (0, 0))
+                del self._free_of[name]
+
+    @property
+    def cpu_plenty(self) -> bool:
+        """Whether pods without GPUs are charged now (`cpu_only` and CPU not short)."""
+        return self._cpu_only and self._plenty()
+
+    def _plenty(self) -> bool:
+        """Whether the free CPU feeds the free GPUs with the headroom. Decided afresh the first
+        time it is read; then it switches off below the headroom and on again only above
+        `_CPU_HYSTERESIS` times it, so binds around the threshold do not flush every cache."""
+        if not self._cpu_settled:
+            self._cpu_settled = True
+            self._cpu_plenty = self._free_cpu >= self._cpu_need * self._free_gpu
+        return self._cpu_plenty
+
+    def _set_free(self, name: str, free: tuple[int, int]) -> None:
+        old_cpu, old_gpu = self._free_of.get(name, (0, 0))
+        self._free_of[name] = free
+        self._free_cpu += free[0] - old_cpu
+        self._free_gpu += free[1] - old_gpu
+        if not self._cpu_settled:
+            return
+        need = self._cpu_need * self._free_gpu
+        plenty = self._free_cpu >= need * _CPU_HYSTERESIS if not self._cpu_plenty else self._free_cpu >= need
+        if plenty != self._cpu_plenty:
+            self._cpu_plenty = plenty
+            self._generation += 1
     def penalty(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
         """Milli-GPUs of reserved shapes this placement leaves the node unable to host (summed
         over the shapes it loses)."""
-        if not pod.gpu_containers and not self._cpu_only:
-            return 0.0  # FragAwareSettings.reserve_cpu_only off
+        if not pod.gpu_containers and not self.cpu_plenty:
+            return 0.0  # FragAwareSettings.reserve_cpu_only off, or CPU is short
         held = self._able.get(node.name, 0) & self.active
         return self._lost(node, pod, assignment, held) if held else 0.0
 
@@ -192,12 +259,14 @@ class Reservations:
 
     def scarce_loss(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
         """Milli-GPUs of scarce shapes (few nodes can ever host them) this placement leaves the
-        node unable to host, reserved or not. Pods without GPUs only with `cpu_only`."""
-        if not pod.gpu_containers and not self._cpu_only:
+        node unable to host, reserved or not. Pods without GPUs only while `cpu_plenty`."""
+        if not pod.gpu_containers and not self.cpu_plenty:
             return 0.0
         if self._scarce_stale:
             self._mark_scarce()
         held = self._able.get(node.name, 0) & self._scarce
+        if self._rare and not self._plenty():
+            held &= ~self._rare
         loss = self._lost(node, pod, assignment, held) if held else 0.0
         if node.name in self._scarce_nodes:
             healthy = [g for g in node.gpus if g.healthy]

@@ -96,3 +96,43 @@ def test_whole_nodes_of_a_rare_kind_are_kept_before_any_hard_shape_was_seen(prio
     cluster.set_tie_ranking([n.name for n in nodes])
     placement = cluster.schedule(_sized("hungry", 1, 1000, 20000))
     assert placement is not None and placement.node == where
+
+
+# 1-GPU pods asking 10 cores and 0.5 % 8-GPU pods asking 120 cores: ~10.2 cores per GPU asked
+TEN = static_snapshot([_sized(f"ten{i}", 1, 1000, 10000) for i in range(199)] + [_sized("eight", 8, 1000, 120000)])
+
+
+@pytest.mark.parametrize(
+    ("cpu_only", "headroom", "hungry", "where"),
+    [
+        (True, 1.0, 0, "small"),  # 256 cores free for 24 GPUs needing ~245: CPU plentiful, held off
+        (True, 1.0, 40000, "big"),  # a 40-core pod took 1 GPU: 216 cores for 23 GPUs needing ~234
+        (True, 0.0, 40000, "small"),  # no headroom test: held off however short CPU is
+        (False, 1.0, 0, "big"),  # CPU-only pods never charged
+    ],
+)
+def test_a_cpu_only_pod_is_held_off_a_reserved_node_only_while_cpu_is_plentiful(
+    cpu_only: bool, headroom: float, hungry: int, where: str
+) -> None:
+    """The 128-core node is the only host of the reserved 8-GPU 120-core shape. A 32-core CPU-only
+    pod strands GPUs on a 64-core node, so host stranding alone sends it to the big one. While
+    the free CPU can feed the free GPUs it is held off (the 8-GPU pod still fits later); once a
+    CPU-hungry pod has made CPU the binding resource, every core is worth more to GPU pods than
+    the reservation, and it goes where it strands least. The first look is cached before the
+    hungry pod binds: the switch must not serve it stale."""
+    nodes = [_eight("big", 128), _eight("small", 64), _eight("mid", 64)]
+    cluster = Cluster(nodes, mix=WorkloadMix(prior=TEN))
+    settings = FragAwareSettings(reserve_cpu_only=cpu_only, cpu_only_headroom=headroom)
+    cluster.install_policy(FragmentationAwarePolicy(TEN, settings))
+    cluster.set_tie_ranking(["big", "small", "mid"])
+    cpu_pod = _sized("cpu", 0, 0, 32000)
+    assert cluster.schedule(cpu_pod) is not None
+    if hungry:
+        hog = _sized("hog", 1, 1000, hungry)
+        placed = cluster.schedule(hog, candidates=["mid"])
+        assert placed is not None
+        cluster.reserve(hog, placed)
+    placement = cluster.schedule(cpu_pod)
+    assert placement is not None and placement.node == where
+    cluster.reserve(cpu_pod, placement)
+    assert (cluster.schedule(_sized("eight-later", 8, 1000, 120000)) is not None) is (where != "big")
