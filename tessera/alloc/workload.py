@@ -117,16 +117,15 @@ class MixSettings:
     shapes too); it bounds the cost of the fragmentation measure. A multi-GPU shape counts its
     GPUs (an 8-GPU shape is kept from 0.025 % of the pods): a rare 8-GPU pod is a large demand,
     and the nodes able to host it are what reservations keep."""
-    min_weight_multi: float | None = None
-    """Default None (off): with a weight, a multi-GPU shape stays in snapshots
-    (`MixSnapshot.rare_multi`, for reservations only) down to it instead of being dropped under
-    `min_weight`. 1e-5 kept the reservation for 8-GPU 120-core pods (~0.03 % of openb cpu072's
-    pods) that the decayed estimate otherwise drops (cpu072 seed 42: such a pod failed at 89.4 %
-    arrived; with 1e-5, -0.06 -> +0.00 against FGD at 90 % on seeds 42, 1001; gpushare20 -0.19
-    -> +0.00), but on the CPU-bound cpu300 the kept reservations cost 0.2 at 100 % arrived
-    (seed 1001: 86.20 against 86.40 without, FGD 86.31). Off, the scarce-kind prior
-    (`FragAwareSettings.scarce_prior`) keeps those workloads level at 90 % (cpu072 seeds 42, 44,
-    1001; gpushare20 42, 44, 1001)."""
+    min_weight_multi: float | None = 1e-5
+    """Default 1e-5: a multi-GPU shape stays in snapshots (`MixSnapshot.rare_multi`, for
+    reservations only) down to this weight instead of being dropped under `min_weight`; None:
+    dropped. It keeps the reservation for 8-GPU 120-core pods (~0.03 % of openb cpu072's pods)
+    that the decayed estimate otherwise drops (cpu072 seed 42: such a pod failed at 89.4 %
+    arrived; with it -0.06 -> +0.00 against FGD at 90 %; cpu250 seed 1002: -0.13 -> +0.00).
+    Its guards hold only while CPU is plentiful (`FragAwareSettings.rare_multi_need_cpu`): held
+    regardless, on the CPU-bound cpu300 the kept reservations cost 0.2 at 100 % arrived (seed
+    1001: 86.20 against 86.40 without, FGD 86.31); gated, 86.48. Measured 2026-11-26."""
     limited_refresh_ratio: float = 2.0
     """Default 2: a new snapshot as soon as a limited pod (one naming GPU models) arrives whose
     model set is new to the snapshot's `limited`, or whose share moved beyond this factor (0:
