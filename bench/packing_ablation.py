@@ -48,17 +48,19 @@ VARIANTS: dict[str, tuple[FragAwareSettings, bool]] = {  # name -> (settings, le
     "idle": (replace(BASE, prefer_fewer_idle=True), True),
     # the terms added for the 90-95 % dips (2026-11-26, docs/scheduling.md items 10-13)
     "noscarce": (replace(BASE, scarce_weight=0.0), True),
-    "cpureserve": (replace(BASE, reserve_cpu_only=True), True),  # opt-in (cpu250 dips vs cpu300)
+    "nocpureserve": (replace(BASE, reserve_cpu_only=False), True),  # CPU-only pods never held off reserved hosts
+    "cpureserve-always": (replace(BASE, cpu_only_headroom=0.0), True),  # held off even when CPU is short (cpu300)
     "noprior": (replace(BASE, scarce_prior=False), True),
     "protect2": (replace(BASE, model_protect_factor=2.0), True),
     "protect8": (replace(BASE, model_protect_factor=8.0), True),
     "norefresh": (BASE, True),  # with MIX_VARIANTS below
-    "multifloor": (BASE, True),  # opt-in, with MIX_VARIANTS below
+    "nomultifloor": (BASE, True),  # rare 8-GPU shapes dropped from the mix, with MIX_VARIANTS below
+    "multifloor-always": (replace(BASE, rare_multi_need_cpu=False), True),  # their guards held even when CPU is short
     "before-dips": (replace(BASE, scarce_weight=0.0, reserve_cpu_only=False, model_protect_factor=2.0), True),
 }
 MIX_VARIANTS: dict[str, MixSettings] = {  # name -> how the mix is learned, where not the default
     "norefresh": MixSettings(limited_refresh_ratio=0.0),
-    "multifloor": MixSettings(min_weight_multi=1e-5),
+    "nomultifloor": MixSettings(min_weight_multi=None),
     "before-dips": MixSettings(limited_refresh_ratio=0.0, min_weight_multi=None),
 }
 MARKS = (90, 95, 100, 130)

@@ -1,7 +1,11 @@
 """Keeping the nodes that alone can host a hard shape, and learning the hard shapes soon enough."""
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tessera.alloc import Cluster, ContainerRequest, GpuState, NodeState, PodRequest, PodUid, WorkloadMix, static_snapshot
 from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy
@@ -136,3 +140,63 @@ def test_a_cpu_only_pod_is_held_off_a_reserved_node_only_while_cpu_is_plentiful(
     assert placement is not None and placement.node == where
     cluster.reserve(cpu_pod, placement)
     assert (cluster.schedule(_sized("eight-later", 8, 1000, 120000)) is not None) is (where != "big")
+
+
+@pytest.mark.parametrize(
+    ("need_cpu", "hungry", "where"),
+    [
+        (True, 0, "small"),  # CPU plentiful: the rare shape's last host is kept
+        (True, 40000, "big"),  # CPU short: the guard is dropped, host stranding decides
+        (False, 40000, "small"),  # held regardless
+    ],
+)
+def test_a_rare_shape_kept_only_for_reservations_is_guarded_only_while_cpu_is_plentiful(need_cpu: bool, hungry: int, where: str) -> None:
+    """The 8-GPU 120-core shape is in the mix only as a rare shape (`rare_multi`, too rare to be
+    weighed), so only its reservation keeps the 128-core node whole. A 1-GPU pod asking 30 cores
+    strands less on the big node; held off it, it goes to a 64-core node, until CPU is short."""
+    from tessera.alloc.workload import MixSnapshot, TypicalShape
+
+    ones = static_snapshot([_sized(f"ten{i}", 1, 1000, 10000) for i in range(200)])
+    mix = MixSnapshot(1, ones.shapes, (), (TypicalShape(8, 1000, None, 120000, 1024, None, 0.0005),))
+    nodes = [_eight("big", 128), _eight("small", 64), _eight("mid", 64)]
+    cluster = Cluster(nodes, mix=WorkloadMix(prior=mix))
+    cluster.install_policy(FragmentationAwarePolicy(mix, FragAwareSettings(rare_multi_need_cpu=need_cpu, scarce_prior=False)))
+    cluster.set_tie_ranking(["big", "small", "mid"])
+    if hungry:
+        hog = _sized("hog", 1, 1000, hungry)
+        placed = cluster.schedule(hog, candidates=["mid"])
+        assert placed is not None
+        cluster.reserve(hog, placed)
+    placement = cluster.schedule(_sized("wide", 1, 1000, 30000))
+    assert placement is not None and placement.node == where
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_the_free_cpu_and_gpu_the_cpu_test_reads_match_the_nodes(seed: int) -> None:
+    """Through binds, releases and GPU health flips, the cluster-wide free CPU and free GPU
+    compute behind `cpu_plenty` equal the sums over the nodes as they are now: a drift would
+    switch the CPU-only rule at the wrong load."""
+    rng = random.Random(seed)
+    nodes = [_eight(f"n{k}", rng.choice([64, 96, 128])) for k in range(6)]
+    cluster = Cluster(nodes, mix=WorkloadMix(prior=TEN))
+    cluster.install_policy(FragmentationAwarePolicy(TEN))
+    held: list[PodUid] = []
+    for step in range(80):
+        roll = rng.random()
+        if roll < 0.6:
+            gpus = rng.choice([0, 1, 1, 2, 8])
+            pod = _sized(f"p{step}", gpus, 1000 if gpus != 1 else rng.choice([250, 500, 1000]), rng.choice([2000, 10000, 32000]))
+            placement = cluster.schedule(pod)
+            if placement is not None:
+                cluster.reserve(pod, placement)
+                held.append(pod.uid)
+        elif roll < 0.85 and held:
+            cluster.release(held.pop(rng.randrange(len(held))))
+        else:
+            node = rng.choice(list(cluster.nodes.values()))
+            gpu = rng.choice(node.gpus)
+            cluster.set_gpu_health(node.name, gpu.index, not gpu.healthy)
+        reserve = cluster.policy()._reserve  # type: ignore[attr-defined]
+        assert reserve._free_cpu == sum(n.free_cpu_milli for n in cluster.nodes.values())
+        assert reserve._free_gpu == sum(g.free_milli for n in cluster.nodes.values() for g in n.gpus if g.healthy)
