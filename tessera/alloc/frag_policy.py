@@ -308,9 +308,10 @@ class FragAwareSettings:
     the first 8-GPU 120-core pod can arrive at 80 % arrived, after every 128-core node was
     broken, mostly by 32-core CPU-only pods (seeds 44, 1002: one such pod failed, -0.13 against
     FGD at 90 %); with the prior: +0.00 at 90 % and +0.15 to +0.25 more at 100 % (seeds 43, 44,
-    1002). Not on multigpu50 seed 43 (an 8-GPU pod still fails at 89 %, as without it). The
-    inventory is tracked only while the mix has some multi-GPU shape (on openb from the first
-    snapshots on); with none, the prior is idle."""
+    1002). The inventory is tracked from the first pod, before the mix has any multi-GPU shape:
+    on multigpu50 seed 43 an 8-GPU 88-core pod broke a 128-core node at 0.4 % arrived (under
+    the prior mix, when nothing was tracked yet), and one 8-GPU 120-core pod more than under
+    FGD failed at 89 % (-0.13 at 90 and 95 %); tracked from the start, +0.00."""
     model_protect_factor: float = 4.0
     """Default 4: a GPU model is protected for the pods limited to it (`ModelPressure`) once its
     free compute is at most this many times their expected take of the cluster's free compute.

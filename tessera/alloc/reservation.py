@@ -105,6 +105,10 @@ class Reservations:
         # guards of shapes only `rare_multi` has: dropped while CPU is short (`rare_need_cpu`)
         self._rare = sum(1 << i for i, g in enumerate(self._guards) if (g.gpus, g.cpu_milli, g.memory_mib, g.models) not in common) if rare_need_cpu else 0
         gated = cpu_only or self._rare
+        # the prior needs the node kinds before any multi-GPU shape is in the mix: the first pods
+        # decide too (openb multigpu50 seed 43: an 8-GPU 88-core pod broke a 128-core node at
+        # 0.4 % arrived, one 8-GPU 120-core pod too many failed at 89 %)
+        self._tracking = bool(self._guards) or (scarce_prior and scarce_share > 0)
         self._cpu_need = cpu_headroom * cpu_per_milli if gated else 0.0  # CPU milli per free milli-GPU
         self._keep = [g.keep for g in self._guards]  # own pods plus those of shapes fitting only where it fits
         self._able: dict[str, int] = {}  # node -> bit i set when it can host guard i now
@@ -137,7 +141,7 @@ class Reservations:
 
     def track(self, node: NodeState) -> None:
         """The node changed (or is new): recount the shapes it can host."""
-        if not self._guards:
+        if not self._tracking:
             return
         idle: dict[str, int] = {}
         healthy: dict[str, int] = {}
@@ -154,7 +158,7 @@ class Reservations:
             self._set_free(node.name, (node.free_cpu_milli, sum(g.free_milli for g in node.gpus if g.healthy)))
 
     def forget(self, name: str) -> None:
-        if self._guards:
+        if self._tracking:
             self._set(name, 0)
             self._able.pop(name, None)
             self._classify(name, None)
