@@ -88,12 +88,15 @@ def test_a_rare_8_gpu_shape_stays_in_the_mix_after_the_mix_moves_on(floor: float
     assert any(s.gpu_count == 8 for s in snapshot.rare_multi) is kept, "but its hosts are still guarded"
 
 
-@pytest.mark.parametrize(("prior", "where"), [(False, "big0"), (True, "small0")])
-def test_whole_nodes_of_a_rare_kind_are_kept_before_any_hard_shape_was_seen(prior: bool, where: str) -> None:
-    """No 8-GPU pod in the mix yet (only 2-GPU pods, which any node hosts), so no shape marks the
-    two 128-core nodes (of 20 8-GPU nodes) as the only hosts of anything. With the prior they are
-    still kept whole: the 20-core pod strands a little CPU on a 64-core node instead."""
-    ones = static_snapshot([_sized(f"one{i}", 1, 1000, 8000) for i in range(199)] + [_sized("two", 2, 1000, 8000)])
+@pytest.mark.parametrize(
+    ("prior", "multi", "where"), [(False, True, "big0"), (True, True, "small0"), (False, False, "big0"), (True, False, "small0")]
+)
+def test_whole_nodes_of_a_rare_kind_are_kept_before_any_hard_shape_was_seen(prior: bool, multi: bool, where: str) -> None:
+    """No 8-GPU pod in the mix yet (only 2-GPU pods, which any node hosts, or no multi-GPU pod at
+    all, as under the first pods' prior), so no shape marks the two 128-core nodes (of 20 8-GPU
+    nodes) as the only hosts of anything. With the prior they are still kept whole: the 20-core
+    pod strands a little CPU on a 64-core node instead."""
+    ones = static_snapshot([_sized(f"one{i}", 1, 1000, 8000) for i in range(199)] + [_sized("two", 2 if multi else 1, 1000, 8000)])
     nodes = [_eight(f"big{k}", 128) for k in range(2)] + [_eight(f"small{k}", 64) for k in range(18)]
     cluster = Cluster(nodes, mix=WorkloadMix(prior=ones))
     cluster.install_policy(FragmentationAwarePolicy(ones, FragAwareSettings(scarce_prior=prior)))
