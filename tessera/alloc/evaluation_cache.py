@@ -10,8 +10,13 @@ Three shortcuts, cheapest first, each giving exactly what the policy would:
    policy's `epoch` are unchanged;
 3. per node state: nodes in the same state (GPU indices included) get the same evaluation, so
    idle nodes of one type are scored once per shape and epoch, not once per node. A state is
-   interned to an int once per node version: hashing the full state tuple for every (node,
-   shape) look-up cost more than the look-up.
+   interned to an int once per node version, and (policy, pod shape) once per request:
+   hashing the nested tuples for every (node, shape) look-up cost more than the look-up.
+
+Nodes no shortcut answers go to the policy together, one per state (`evaluate_many`; the
+fragmentation policies vectorise them). `evaluate` is `evaluate_many` of one node, so both
+take the same path. The per-node loop is written out inline: it runs once per candidate node
+of every pod shape new to the extender, and function calls there were a quarter of its cost.
 
 Not thread-safe: callers serialise (the extender's state lock).
 """
@@ -25,6 +30,7 @@ from tessera.alloc.policy import Evaluation, Policy
 
 Result = Evaluation | FitFailure
 _CacheEntry = tuple[int, int, Result]  # (node version, policy epoch, result)
+_Key = int  # interned (policy, pod shape): hashing the nested shape tuple per node cost more than the look-up
 _STATE_CACHE_LIMIT = 200_000  # entries of the by-state cache (and of interned states) before a reset
 _PER_NODE_LIMIT = 4096  # shapes remembered per node; pod shapes are unbounded over a cluster's life
 
@@ -42,13 +48,15 @@ class _NodeInfo:
 
 class EvaluationCache:
     def __init__(self) -> None:
-        self._per_node: dict[str, dict[tuple[object, ...], _CacheEntry]] = {}
-        self._by_state: dict[tuple[object, ...], tuple[int, Result]] = {}
+        self._per_node: dict[str, dict[_Key, _CacheEntry]] = {}
+        self._by_state: dict[tuple[_Key, int], tuple[int, Result]] = {}
+        self._key_ids: dict[tuple[object, ...], _Key] = {}
         self._info: dict[str, _NodeInfo] = {}
         self._state_ids: dict[tuple[object, ...], int] = {}
         # ids are never reused, so an id still held by a node or a by-state key always means
         # the state it was given for, even after `_state_ids` was reset
         self._next_state = 0
+        self._next_key = 0
 
     def forget(self, name: str) -> None:
         """The node was replaced or removed: its per-node results must not be served again."""
@@ -60,12 +68,12 @@ class EvaluationCache:
         self._by_state.clear()
         self._info.clear()
         self._state_ids.clear()
+        self._key_ids.clear()
 
     def evaluate(self, impl: Policy, node: NodeState, pod: PodRequest) -> Result:
         if not impl.cacheable:
             return impl.evaluate(node, pod)
-        demand = Demand.of(pod) if impl.standard_fit else None
-        return self._evaluate(impl, node, pod, (impl.name, pod.shape), impl.epoch, demand)
+        return self.evaluate_many(impl, {node.name: node}, pod, (node.name,))[node.name]
 
     def evaluate_many(self, impl: Policy, nodes: Mapping[str, NodeState], pod: PodRequest, names: Iterable[str]) -> dict[str, Result]:
         """`evaluate` for each name (UNKNOWN_NODE where `nodes` lacks it), with the per-pod work
@@ -78,22 +86,42 @@ class EvaluationCache:
                 node = nodes.get(name)
                 out[name] = unknown if node is None else impl.evaluate(node, pod)
             return out
-        key = (impl.name, pod.shape)
+        key = self._key_id(impl, pod)
         epoch = impl.epoch
         demand = Demand.of(pod) if impl.standard_fit else None
-        cached = self._cached
-        missing: list[tuple[NodeState, dict[tuple[object, ...], _CacheEntry], int]] = []
+        # the shortcuts in order, inline: this loop runs once per candidate node of every new pod shape
+        info_of, per_nodes, by_state = self._info, self._per_node, self._by_state
+        missing: list[tuple[NodeState, dict[_Key, _CacheEntry], int]] = []
         for name in names:
             node = nodes.get(name)
             if node is None:
                 out[name] = unknown
                 continue
-            found = cached(node, key, epoch, demand)
-            if isinstance(found, tuple):
-                out[name] = None  # type: ignore[assignment]  # placeholder: keeps the order of `names`
-                missing.append((node, *found))
-            else:
-                out[name] = found
+            version = node.version
+            info = info_of.get(name)
+            if info is None or info.version != version:
+                info = info_of[name] = _NodeInfo(version, capacity_of(node))
+            if demand is not None:
+                failure = demand.reject(info.capacity)
+                if failure is not None:
+                    out[name] = failure
+                    continue
+            per_node = per_nodes.get(name)
+            if per_node is None:
+                per_node = per_nodes[name] = {}
+            hit = per_node.get(key)
+            if hit is not None and hit[0] == version and hit[1] == epoch:
+                out[name] = hit[2]
+                continue
+            if info.state < 0:
+                info.state = self._intern(node)
+            shared = by_state.get((key, info.state))
+            if shared is not None and shared[0] == epoch:
+                out[name] = shared[1]
+                self._remember(per_node, key, version, epoch, shared[1])
+                continue
+            out[name] = None  # type: ignore[assignment]  # placeholder: keeps the order of `names`
+            missing.append((node, per_node, info.state))
         if missing:
             # one evaluation per state, as the by-state cache gives one by one
             todo: dict[int, NodeState] = {}
@@ -102,64 +130,34 @@ class EvaluationCache:
             batch = getattr(impl, "evaluate_many", None)
             nodes_todo = list(todo.values())
             results = batch(nodes_todo, pod) if batch is not None else [impl.evaluate(node, pod) for node in nodes_todo]
-            by_state = dict(zip(todo, results))
+            if len(by_state) + len(todo) > _STATE_CACHE_LIMIT:
+                by_state.clear()
+            answers = dict(zip(todo, results))
+            for state, result in answers.items():
+                by_state[(key, state)] = (epoch, result)
+            remember = self._remember
             for node, per_node, state in missing:
-                result = by_state[state]
-                self._store(node, per_node, state, key, epoch, result)
+                result = answers[state]
+                remember(per_node, key, node.version, epoch, result)
                 out[node.name] = result
         return out
 
-    def _cached(
-        self, node: NodeState, key: tuple[object, ...], epoch: int, demand: Demand | None
-    ) -> Result | tuple[dict[tuple[object, ...], _CacheEntry], int]:
-        """The answer when a shortcut has it, else (the node's per-shape cache, its state id)
-        for `_store`."""
-        info = self._info.get(node.name)
-        if info is None or info.version != node.version:
-            info = self._info[node.name] = _NodeInfo(node.version, capacity_of(node))
-        if demand is not None:
-            failure = demand.reject(info.capacity)
-            if failure is not None:
-                return failure  # not stored: recomputing it is as cheap as a look-up
-        per_node = self._per_node.get(node.name)
-        if per_node is None:
-            per_node = self._per_node[node.name] = {}
-        hit = per_node.get(key)
-        if hit is not None and hit[0] == node.version and hit[1] == epoch:
-            return hit[2]
-        if info.state < 0:
-            info.state = self._intern(node)
-        shared = self._by_state.get((key, info.state))
-        if shared is not None and shared[0] == epoch:
-            result = shared[1]
-            self._remember(per_node, key, node.version, epoch, result)
-            return result
-        return per_node, info.state
-
-    def _store(
-        self, node: NodeState, per_node: dict[tuple[object, ...], _CacheEntry], state: int, key: tuple[object, ...], epoch: int, result: Result
-    ) -> None:
-        if len(self._by_state) >= _STATE_CACHE_LIMIT:
-            self._by_state.clear()
-        self._by_state[(key, state)] = (epoch, result)
-        self._remember(per_node, key, node.version, epoch, result)
+    def _key_id(self, impl: Policy, pod: PodRequest) -> _Key:
+        key = (impl.name, pod.shape)
+        found = self._key_ids.get(key)
+        if found is None:
+            if len(self._key_ids) >= _STATE_CACHE_LIMIT:
+                self._key_ids.clear()
+            # never reused, as state ids: an entry made under an id dropped by a reset is never hit
+            found = self._key_ids[key] = self._next_key
+            self._next_key += 1
+        return found
 
     @staticmethod
-    def _remember(per_node: dict[tuple[object, ...], _CacheEntry], key: tuple[object, ...], version: int, epoch: int, result: Result) -> None:
+    def _remember(per_node: dict[_Key, _CacheEntry], key: _Key, version: int, epoch: int, result: Result) -> None:
         if len(per_node) >= _PER_NODE_LIMIT:
             per_node.clear()
         per_node[key] = (version, epoch, result)
-
-    def _evaluate(
-        self, impl: Policy, node: NodeState, pod: PodRequest, key: tuple[object, ...], epoch: int, demand: Demand | None
-    ) -> Result:
-        """`demand`: the pod's, when the policy's fit rules are `host_fit` + `assign`."""
-        found = self._cached(node, key, epoch, demand)
-        if not isinstance(found, tuple):
-            return found
-        result = impl.evaluate(node, pod)
-        self._store(node, *found, key, epoch, result)
-        return result
 
     def _intern(self, node: NodeState) -> int:
         """An id for everything a policy may look at, except the node's name."""
