@@ -12,9 +12,8 @@ Three shortcuts, cheapest first, each giving exactly what the policy would:
    idle nodes of one type are scored once per shape and epoch, not once per node. A state is
    interned to an int once per node version, and (policy, epoch, pod shape) once per request:
    hashing the nested tuples for every (node, shape) look-up cost more than the look-up, and
-   with the epoch in the key an entry is the result alone (no tuple for the collector to walk;
-   at 5,000 nodes the cyclic collector's passes over new cache entries were a third of a new
-   shape's cost).
+   with the epoch in the key an entry is the result alone (no tuple for the cyclic collector
+   to walk: at 5,000 nodes a request for a new shape ran 4-10 young-generation collections).
 
 Nodes no shortcut answers go to the policy together, one per state (`evaluate_many`; the
 fragmentation policies vectorise them). `evaluate` is `evaluate_many` of one node, so both
