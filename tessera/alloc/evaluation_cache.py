@@ -51,7 +51,7 @@ class _NodeInfo:
 
 class EvaluationCache:
     def __init__(self) -> None:
-        self._by_state: dict[tuple[_Key, int], Result] = {}
+        self._by_state: dict[int, Result] = {}  # (key << 40 | state): an int key is no object to walk
         self._key_ids: dict[tuple[object, ...], _Key] = {}
         self._info: dict[str, _NodeInfo] = {}
         self._state_ids: dict[tuple[object, ...], int] = {}
@@ -110,7 +110,7 @@ class EvaluationCache:
                 continue
             if info.state < 0:
                 info.state = self._intern(node)
-            shared = by_state.get((key, info.state))
+            shared = by_state.get(key << 40 | info.state)
             if shared is not None:
                 out[name] = shared
                 self._remember(info, key, shared)
@@ -129,7 +129,7 @@ class EvaluationCache:
                 by_state.clear()
             answers = dict(zip(todo, results))
             for state, result in answers.items():
-                by_state[(key, state)] = result
+                by_state[key << 40 | state] = result
             remember = self._remember
             for node, info in missing:
                 result = answers[info.state]

@@ -21,7 +21,7 @@ from itertools import chain
 
 import numpy as np
 
-from tessera.alloc.assign import Assignment
+from tessera.alloc.assign import Assignment, one_gpu
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
 from tessera.alloc.model import FitFailure, NodeState, PodRequest
 
@@ -189,7 +189,7 @@ class NodeVector:
         self.free_host_memory = node.free_memory_mib
         # the policy's memo of `_evaluate` results for this version (`_FragPolicyBase._memo`),
         # valid under the measure epoch `memo_epoch`
-        self.memo: dict[tuple[object, ...], Raw] = {}
+        self.memo: dict[int, Raw] = {}
         self.memo_epoch = -1
         self.indices = [g.index for g in healthy]
         self.free: list[GpuFree] = [(g.free_milli, g.free_memory_mib) for g in healthy]
@@ -217,7 +217,7 @@ class NodeVector:
                 self.distinct.append((k, f, m))
 
 
-_Pending = tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...]]  # (caller's position, memo, key)
+_Pending = tuple[int, dict[int, Raw], int]  # (caller's position, memo, key)
 
 
 class SimpleBatch:
@@ -241,7 +241,7 @@ class SimpleBatch:
         self._shares: list[tuple[_Pending, NodeVector]] = []
         self._failed: list[_Pending] = []
 
-    def add(self, position: int, node: NodeState, vector: NodeVector, memo: dict[tuple[object, ...], Raw], key: tuple[object, ...]) -> None:
+    def add(self, position: int, node: NodeState, vector: NodeVector, memo: dict[int, Raw], key: int) -> None:
         """`node` (which passed `host_fit`) at `position` of the caller's list; its result goes
         into `memo[key]` too."""
         c, pod = self._container, self._pod
@@ -260,9 +260,9 @@ class SimpleBatch:
             before = batch.item(base, vector.models, vector.free_cpu, vector.free_host_memory)
         self._whole.append(((position, memo, key), vector, before, item, tuple(vector.indices[k] for k in positions)))
 
-    def finish(self) -> list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], Raw]]:
+    def finish(self) -> list[tuple[int, dict[int, Raw], int, Raw]]:
         """(position, memo, key, result) for every node added."""
-        out: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], Raw]] = [
+        out: list[tuple[int, dict[int, Raw], int, Raw]] = [
             (position, memo, key, FitFailure.GPU) for position, memo, key in self._failed
         ]
         epoch = self._measure.epoch
@@ -278,7 +278,7 @@ class SimpleBatch:
             self._finish_shares(out)
         return out
 
-    def _finish_shares(self, out: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], Raw]]) -> None:
+    def _finish_shares(self, out: list[tuple[int, dict[int, Raw], int, Raw]]) -> None:
         measure, pod, c = self._measure, self._pod, self._container
         vectors = [vector for _, vector in self._shares]
         n = len(vectors)
@@ -321,7 +321,7 @@ class SimpleBatch:
                 continue
             item, best = pick
             k = position_of[item]
-            out.append((position, memo, key, (best - vector.before, ((vector.indices[k],),), vector.idle_count - (1 if vector.idle[k] else 0))))
+            out.append((position, memo, key, (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))))
 
 
 def _matrix(rows: Sequence[Sequence[int]], lengths: Sequence[int], width: int) -> np.ndarray:

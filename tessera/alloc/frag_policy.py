@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Sequence
 
-from tessera.alloc.assign import Assignment, Slot, assign, host_fit, slots_for
+from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
 from tessera.alloc.frag_batch import NodeVector, Raw, SimpleBatch
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
@@ -44,6 +44,7 @@ _Raw = Raw
 _FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
 # nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms)
 _BATCH_MIN = 24
+_KEY_LIMIT = 65_536  # interned memo keys and score keys per policy before a reset
 
 
 class _FragPolicyBase(ABC):
@@ -58,6 +59,11 @@ class _FragPolicyBase(ABC):
         self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
         self._host = HostDemand.of(snapshot)
         self._vectors: dict[str, NodeVector] = {}
+        # Interned, so that the memos and caches (one entry per node and shape) hold shared
+        # objects or ints: each new tracked object is one more for the cyclic collector to walk.
+        self._memo_keys: dict[tuple[object, ...], int] = {}
+        self._next_memo_key = 0  # never reused: an id dropped with its table means nothing else
+        self._keys: dict[tuple[float, ...], tuple[float, ...]] = {}
 
     @property
     def epoch(self) -> int:
@@ -84,9 +90,10 @@ class _FragPolicyBase(ABC):
             result = results[key] = self._evaluate(node, pod)
         return self._finish(node, pod, result)
 
-    def _memo(self, node: NodeState, pod: PodRequest) -> tuple[NodeVector, tuple[object, ...]]:
+    def _memo(self, node: NodeState, pod: PodRequest) -> tuple[NodeVector, int]:
         """The node's vector, its memo of `_evaluate` results made current for this measure
-        epoch (`NodeVector.memo`), and the pod's key in it."""
+        epoch (`NodeVector.memo`), and the pod's key in it (an interned id of what `_evaluate`
+        reads of the pod and of the node's free CPU/RAM)."""
         vector = self._vectors.get(node.name)
         if vector is None or vector.version != node.version:
             vector = self._vectors[node.name] = NodeVector(node)
@@ -98,7 +105,21 @@ class _FragPolicyBase(ABC):
         cpu, memory = pod.cpu_milli, pod.memory_mib
         shape = pod.shape
         key = (shape[0], shape[3], shape[4], free_cpu >= cpu, free_memory >= memory, *measure.buckets(free_cpu - cpu, free_memory - memory))
-        return vector, key
+        found = self._memo_keys.get(key)
+        if found is None:
+            if len(self._memo_keys) >= _KEY_LIMIT:
+                self._memo_keys.clear()
+            found = self._memo_keys[key] = self._next_memo_key
+            self._next_memo_key += 1
+        return vector, found
+
+    def _evaluation(self, key: tuple[float, ...], choice: Assignment) -> Evaluation:
+        shared = self._keys.get(key)
+        if shared is None:
+            if len(self._keys) >= _KEY_LIMIT:
+                self._keys.clear()
+            shared = self._keys[key] = key
+        return Evaluation(shared, choice)
 
     def evaluate_many(self, nodes: Sequence[NodeState], pod: PodRequest) -> list[Evaluation | FitFailure]:
         """`[self.evaluate(node, pod) for node in nodes]`, equal result for result, with the
@@ -211,7 +232,7 @@ class _FragPolicyBase(ABC):
             value = round(raw, 6)
             if value < best:  # strict: the lowest index wins a tie
                 k, best = position, value
-        return best - before, ((indices[k],),), idle_count - (1 if idle[k] else 0)
+        return best - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
 
     def _evaluate_general(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
         cpu_after = node.free_cpu_milli - pod.cpu_milli
@@ -246,7 +267,7 @@ class FgdPolicy(_FragPolicyBase):
         if isinstance(raw, FitFailure):
             return raw
         increase, choice, _ = raw
-        return Evaluation((float(sigmoid_score(increase)),), choice)
+        return self._evaluation((float(sigmoid_score(increase)),), choice)
 
 
 def sigmoid_score(increase: float, scale: float = 100.0) -> int:
@@ -390,4 +411,4 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         # consolidates work on the same nodes (measured: breaking ties by the exact increase
         # scatters pods and loses ~1 % of allocation at full load).
         size = -float(st.node_size_preference * len(node.gpus))
-        return Evaluation((float(banded), size, in_use, fewer_idle), choice)
+        return self._evaluation((float(banded), size, in_use, fewer_idle), choice)
