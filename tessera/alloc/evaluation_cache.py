@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from tessera.alloc.assign import Capacity, Demand, capacity_of
+from tessera.alloc.interning import IdTable
 from tessera.alloc.model import FitFailure, NodeState, PodRequest
 from tessera.alloc.policy import Evaluation, Policy
 
@@ -52,13 +53,9 @@ class _NodeInfo:
 class EvaluationCache:
     def __init__(self) -> None:
         self._by_state: dict[int, Result] = {}  # (key << 40 | state): an int key is no object to walk
-        self._key_ids: dict[tuple[object, ...], _Key] = {}
+        self._keys = IdTable(_STATE_CACHE_LIMIT)
         self._info: dict[str, _NodeInfo] = {}
-        self._state_ids: dict[tuple[object, ...], int] = {}
-        # ids are never reused, so an id still held by a node or a by-state key always means
-        # the state (or key) it was given for, even after its table was reset
-        self._next_state = 0
-        self._next_key = 0
+        self._states = IdTable(_STATE_CACHE_LIMIT)
 
     def forget(self, name: str) -> None:
         """The node was replaced or removed: its per-node results must not be served again."""
@@ -67,8 +64,8 @@ class EvaluationCache:
     def clear(self) -> None:
         self._by_state.clear()
         self._info.clear()
-        self._state_ids.clear()
-        self._key_ids.clear()
+        self._states.clear()
+        self._keys.clear()
 
     def evaluate(self, impl: Policy, node: NodeState, pod: PodRequest) -> Result:
         if not impl.cacheable:
@@ -141,14 +138,7 @@ class EvaluationCache:
         """The id of (policy, its epoch now, pod shape): a new epoch gives new ids, so entries
         made under an old one are never hit again (they go with the node's next version, the
         per-node bound or the by-state reset)."""
-        key = (impl.name, impl.epoch, pod.shape)
-        found = self._key_ids.get(key)
-        if found is None:
-            if len(self._key_ids) >= _STATE_CACHE_LIMIT:
-                self._key_ids.clear()
-            found = self._key_ids[key] = self._next_key
-            self._next_key += 1
-        return found
+        return self._keys.id_of((impl.name, impl.epoch, pod.shape))
 
     @staticmethod
     def _remember(info: _NodeInfo, key: _Key, result: Result) -> None:
@@ -162,10 +152,4 @@ class EvaluationCache:
             tuple((g.index, g.model, g.memory_mib, g.healthy, g.used_milli, g.used_memory_mib, g.offline_milli, g.shares) for g in node.gpus),
             node.cpu_milli, node.memory_mib, node.used_cpu_milli, node.used_memory_mib, node.gpu_placement, node.max_shares_per_gpu,
         )
-        found = self._state_ids.get(state)
-        if found is None:
-            if len(self._state_ids) >= _STATE_CACHE_LIMIT:
-                self._state_ids.clear()
-            found = self._state_ids[state] = self._next_state
-            self._next_state += 1
-        return found
+        return self._states.id_of(state)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
 from tessera.alloc.frag_batch import NodeVector, Raw, SimpleBatch
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
+from tessera.alloc.interning import IdTable
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
 from tessera.alloc.model_pressure import ModelPressure
 from tessera.alloc.policy import Evaluation, PlacementPolicy, gpu_rank_for
@@ -61,8 +62,7 @@ class _FragPolicyBase(ABC):
         self._vectors: dict[str, NodeVector] = {}
         # Interned, so that the memos and caches (one entry per node and shape) hold shared
         # objects or ints: each new tracked object is one more for the cyclic collector to walk.
-        self._memo_keys: dict[tuple[object, ...], int] = {}
-        self._next_memo_key = 0  # never reused: an id dropped with its table means nothing else
+        self._memo_keys = IdTable(_KEY_LIMIT)
         self._keys: dict[tuple[float, ...], tuple[float, ...]] = {}
 
     @property
@@ -105,13 +105,7 @@ class _FragPolicyBase(ABC):
         cpu, memory = pod.cpu_milli, pod.memory_mib
         shape = pod.shape
         key = (shape[0], shape[3], shape[4], free_cpu >= cpu, free_memory >= memory, *measure.buckets(free_cpu - cpu, free_memory - memory))
-        found = self._memo_keys.get(key)
-        if found is None:
-            if len(self._memo_keys) >= _KEY_LIMIT:
-                self._memo_keys.clear()
-            found = self._memo_keys[key] = self._next_memo_key
-            self._next_memo_key += 1
-        return vector, found
+        return vector, self._memo_keys.id_of(key)
 
     def _evaluation(self, key: tuple[float, ...], choice: Assignment) -> Evaluation:
         shared = self._keys.get(key)
