@@ -57,6 +57,13 @@ class Slot:
 # containers already assigned for this pod, so a rank may look at the whole node.
 GpuRank = Callable[[Sequence[Slot], int, ContainerRequest], tuple[float, ...]]
 Assignment = tuple[tuple[int, ...], ...]  # GPU indices per GPU container, in container order
+# The assignment of a one-container pod to GPU i, one shared object per index: the evaluation
+# caches hold one per (node, shape), and a shared constant is nothing new for the collector.
+_ONE_GPU: tuple[Assignment, ...] = tuple(((i,),) for i in range(64))
+
+
+def one_gpu(index: int) -> Assignment:
+    return _ONE_GPU[index] if 0 <= index < len(_ONE_GPU) else ((index,),)
 
 
 def usable(gpu: GpuState, pod: PodRequest) -> bool:

@@ -21,7 +21,7 @@ from itertools import chain
 
 import numpy as np
 
-from tessera.alloc.assign import Assignment
+from tessera.alloc.assign import Assignment, one_gpu
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
 from tessera.alloc.model import FitFailure, NodeState, PodRequest
 
@@ -116,9 +116,9 @@ def _expectation(
     free: np.ndarray,
     gpu_memory: np.ndarray,
     valid: np.ndarray,
-    cpu: list[int],
-    ram: list[int],
-    model_ids: list[int],
+    cpu: Sequence[int] | np.ndarray,
+    ram: Sequence[int] | np.ndarray,
+    model_ids: Sequence[int] | np.ndarray,
     model_list: list[frozenset[str]],
 ) -> list[float]:
     """`FragmentationMeasure._sum` for every row of `free` / `gpu_memory` (items x GPUs)."""
@@ -179,12 +179,18 @@ class NodeVector:
 
     __slots__ = (
         "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
-        "before_epoch", "before", "distinct", "no_placement", "uncapped",
+        "before_epoch", "before", "distinct", "no_placement", "uncapped", "free_cpu", "free_host_memory", "memo", "memo_epoch", "first",
     )
 
     def __init__(self, node: NodeState) -> None:
         healthy = [g for g in node.gpus if g.healthy]
         self.version = node.version
+        self.free_cpu = node.free_cpu_milli
+        self.free_host_memory = node.free_memory_mib
+        # the policy's memo of `_evaluate` results for this version (`_FragPolicyBase._memo`),
+        # valid under the measure epoch `memo_epoch`
+        self.memo: dict[int, Raw] = {}
+        self.memo_epoch = -1
         self.indices = [g.index for g in healthy]
         self.free: list[GpuFree] = [(g.free_milli, g.free_memory_mib) for g in healthy]
         self.free_milli = [f for f, _ in self.free]
@@ -203,80 +209,142 @@ class NodeVector:
         # candidates for a share (GPUs in the same state are interchangeable; the lowest index wins)
         seen: set[GpuFree] = set()
         self.distinct: list[tuple[int, int, int]] = []
+        self.first: list[bool] = []  # per position: the first GPU of its free value
         for k, (f, m) in enumerate(self.free):
+            self.first.append((f, m) not in seen)
             if (f, m) not in seen:
                 seen.add((f, m))
                 self.distinct.append((k, f, m))
 
 
+_Pending = tuple[int, dict[int, Raw], int]  # (caller's position, memo, key)
+
+
 class SimpleBatch:
     """The fragmentation policies' simple path (`_evaluate_simple`: one container, no model or
-    co-location preference) for many nodes and one pod: every candidate GPU of every node is an
-    item of one `VectorBatch`, and `finish` picks each node's GPU exactly as the scalar path
-    does (lowest index among equal rounded values)."""
+    co-location preference) for many nodes and one pod, picking each node's GPU exactly as the
+    scalar path does (lowest index among equal rounded values).
+
+    A share pod (the tail: a new share meets hundreds of nodes) is done in arrays end to end:
+    the candidate GPUs of every node (the first GPU of each distinct free value with the share
+    free) are found, changed, measured and chosen in numpy; Python touches each node once, to
+    build its result. A whole-GPU pod (it fits few nodes at load) goes item by item through a
+    `VectorBatch`."""
 
     def __init__(self, measure: FragmentationMeasure, pod: PodRequest) -> None:
         self._measure = measure
         self._pod = pod
         self._container = pod.gpu_containers[0]
         self._batch = VectorBatch()
-        # (position, memo, key, vector, item of `before` or -1, (GPU position, item) pairs: the
-        # candidates of a share, or the GPUs a whole-GPU pod takes, all with its one item)
-        self._nodes: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], NodeVector, int, list[tuple[int, int]]]] = []
-        self._failed: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...]]] = []
+        # whole-GPU pod: (pending, vector, item of `before` or -1, the item: the GPUs it takes)
+        self._whole: list[tuple[_Pending, NodeVector, int, int, tuple[int, ...]]] = []
+        self._shares: list[tuple[_Pending, NodeVector]] = []
+        self._failed: list[_Pending] = []
 
-    def add(self, position: int, node: NodeState, vector: NodeVector, memo: dict[tuple[object, ...], Raw], key: tuple[object, ...]) -> None:
+    def add(self, position: int, node: NodeState, vector: NodeVector, memo: dict[int, Raw], key: int) -> None:
         """`node` (which passed `host_fit`) at `position` of the caller's list; its result goes
         into `memo[key]` too."""
-        c, pod, batch = self._container, self._pod, self._batch
-        candidates: list[tuple[int, int]] = []
-        base = -1
-        cpu_after = node.free_cpu_milli - pod.cpu_milli
-        memory_after = node.free_memory_mib - pod.memory_mib
-        if c.whole:
-            positions = [k for k, is_idle in enumerate(vector.idle) if is_idle][: c.gpu_count]
-            if len(positions) < c.gpu_count:
-                self._failed.append((position, memo, key))
-                return
-            base = batch.base(vector.free_milli, vector.free_memory)
-            item = batch.item(base, vector.models, cpu_after, memory_after, [(k, (0, 0)) for k in positions])
-            candidates = [(k, item) for k in positions]  # one item: every GPU the pod takes
-        else:
-            milli, need_memory = c.gpu_milli, c.gpu_memory_mib or 0
-            fitting = [(k, f - milli, m - need_memory) for k, f, m in vector.distinct if f >= milli and m >= need_memory]
-            if fitting:
-                base = batch.base(vector.free_milli, vector.free_memory)
-                candidates = batch.one_change_each(base, vector.models, cpu_after, memory_after, fitting)
-            if not candidates:
-                self._failed.append((position, memo, key))
-                return
+        c, pod = self._container, self._pod
+        if not c.whole:
+            self._shares.append(((position, memo, key), vector))
+            return
+        positions = [k for k, is_idle in enumerate(vector.idle) if is_idle][: c.gpu_count]
+        if len(positions) < c.gpu_count:
+            self._failed.append((position, memo, key))
+            return
+        batch = self._batch
+        base = batch.base(vector.free_milli, vector.free_memory)
+        item = batch.item(base, vector.models, vector.free_cpu - pod.cpu_milli, vector.free_host_memory - pod.memory_mib, [(k, (0, 0)) for k in positions])
         before = -1
         if vector.before_epoch != self._measure.epoch:
-            before = batch.item(base, vector.models, node.free_cpu_milli, node.free_memory_mib)
-        self._nodes.append((position, memo, key, vector, before, candidates))
+            before = batch.item(base, vector.models, vector.free_cpu, vector.free_host_memory)
+        self._whole.append(((position, memo, key), vector, before, item, tuple(vector.indices[k] for k in positions)))
 
-    def finish(self) -> list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], Raw]]:
+    def finish(self) -> list[tuple[int, dict[int, Raw], int, Raw]]:
         """(position, memo, key, result) for every node added."""
-        out: list[tuple[int, dict[tuple[object, ...], Raw], tuple[object, ...], Raw]] = [
+        out: list[tuple[int, dict[int, Raw], int, Raw]] = [
             (position, memo, key, FitFailure.GPU) for position, memo, key in self._failed
         ]
-        values = self._batch.values(self._measure)
         epoch = self._measure.epoch
-        c = self._container
-        for position, memo, key, vector, before_item, candidates in self._nodes:
-            if before_item >= 0:
-                vector.before = values[before_item]
-                vector.before_epoch = epoch
-            before = vector.before
-            if c.whole:
-                taken = tuple(vector.indices[k] for k, _ in candidates)
-                raw: Raw = (values[candidates[0][1]] - before, (taken,), vector.idle_count - c.gpu_count)
-            else:
-                k, best = candidates[0][0], round(values[candidates[0][1]], 6)
-                for candidate, item in candidates[1:]:
-                    value = round(values[item], 6)
-                    if value < best:  # strict: the lowest index wins a tie
-                        k, best = candidate, value
-                raw = (best - before, ((vector.indices[k],),), vector.idle_count - (1 if vector.idle[k] else 0))
-            out.append((position, memo, key, raw))
+        if self._whole:
+            values = self._batch.values(self._measure)
+            count = self._container.gpu_count
+            for (position, memo, key), vector, before_item, item, taken in self._whole:
+                if before_item >= 0:
+                    vector.before = values[before_item]
+                    vector.before_epoch = epoch
+                out.append((position, memo, key, (values[item] - vector.before, (taken,), vector.idle_count - count)))
+        if self._shares:
+            self._finish_shares(out)
         return out
+
+    def _finish_shares(self, out: list[tuple[int, dict[int, Raw], int, Raw]]) -> None:
+        measure, pod, c = self._measure, self._pod, self._container
+        vectors = [vector for _, vector in self._shares]
+        n = len(vectors)
+        lengths = [len(v.free_milli) for v in vectors]
+        width = max(1, max(lengths))
+        free = _matrix([v.free_milli for v in vectors], lengths, width)
+        gpu_memory = _matrix([v.free_memory for v in vectors], lengths, width)
+        valid = np.arange(width) < np.array(lengths, dtype=np.int64)[:, None]
+        first = _matrix([v.first for v in vectors], lengths, width).astype(bool)
+        need_memory = c.gpu_memory_mib or 0
+        rows, positions = np.nonzero(first & valid & (free >= c.gpu_milli) & (gpu_memory >= need_memory))
+        items = len(rows)
+        # the nodes whose fragmentation before is not known under this epoch, measured alongside
+        unknown = [i for i, v in enumerate(vectors) if v.before_epoch != measure.epoch]
+        take = np.concatenate([rows, np.array(unknown, dtype=np.intp)])
+        item_free, item_memory = free[take], gpu_memory[take]
+        changed = np.arange(items)
+        item_free[changed, positions] -= c.gpu_milli
+        item_memory[changed, positions] -= need_memory
+        cpu = np.array([v.free_cpu for v in vectors], dtype=np.int64)
+        ram = np.array([v.free_host_memory for v in vectors], dtype=np.int64)
+        after = np.zeros(len(take), dtype=bool)
+        after[:items] = True
+        model_sets: dict[frozenset[str], int] = {}
+        model_ids = np.array([model_sets.setdefault(v.models, len(model_sets)) for v in vectors], dtype=np.intp)
+        values = _expectation(
+            measure, item_free, item_memory, valid[take],
+            np.where(after, cpu[take] - pod.cpu_milli, cpu[take]), np.where(after, ram[take] - pod.memory_mib, ram[take]),
+            model_ids[take], list(model_sets),
+        ) if len(take) else []
+        for i, value in zip(unknown, values[items:]):
+            vectors[i].before = value
+            vectors[i].before_epoch = measure.epoch
+        chosen = _first_minimum(rows, [round(value, 6) for value in values[:items]], n)
+        position_of = positions.tolist()
+        for (pending, vector), pick in zip(self._shares, chosen):
+            position, memo, key = pending
+            if pick is None:
+                out.append((position, memo, key, FitFailure.GPU))
+                continue
+            item, best = pick
+            k = position_of[item]
+            out.append((position, memo, key, (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))))
+
+
+def _matrix(rows: Sequence[Sequence[int]], lengths: Sequence[int], width: int) -> np.ndarray:
+    """`rows` as an int64 matrix of `width` columns, short rows padded with 0."""
+    if min(lengths, default=width) < width:
+        pad = [0] * width
+        rows = [[*row, *pad[len(row) :]] for row in rows]
+    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows) * width).reshape(len(rows), width)
+
+
+def _first_minimum(rows: np.ndarray, rounded: list[float], count: int) -> list[tuple[int, float] | None]:
+    """Per row 0..count-1, (item, value) of its lowest rounded value, the earliest item on a tie
+    (the scalar loop's strict `<`); None for a row without items. `rows` is sorted (np.nonzero's
+    row-major order) and gives each item's row."""
+    out: list[tuple[int, float] | None] = [None] * count
+    if not rounded:
+        return out
+    values = np.array(rounded, dtype=np.float64)
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+    minimum = np.minimum.reduceat(values, starts)
+    segment = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))
+    at_minimum = np.flatnonzero(values == minimum[segment])
+    _, first = np.unique(segment[at_minimum], return_index=True)
+    for item in at_minimum[first].tolist():
+        out[int(rows[item])] = (item, rounded[item])
+    return out

@@ -29,9 +29,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Sequence
 
-from tessera.alloc.assign import Assignment, Slot, assign, host_fit, slots_for
+from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
 from tessera.alloc.frag_batch import NodeVector, Raw, SimpleBatch
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
+from tessera.alloc.interning import IdTable
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
 from tessera.alloc.model_pressure import ModelPressure
 from tessera.alloc.policy import Evaluation, PlacementPolicy, gpu_rank_for
@@ -47,6 +48,7 @@ _Raw = Raw
 _FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
 # nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms)
 _BATCH_MIN = 24
+_KEY_LIMIT = 65_536  # interned memo keys and score keys per policy before a reset
 
 
 class _FragPolicyBase(ABC):
@@ -61,7 +63,10 @@ class _FragPolicyBase(ABC):
         self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
         self._host = HostDemand.of(snapshot)
         self._vectors: dict[str, NodeVector] = {}
-        self._by_node: dict[str, tuple[int, int, dict[tuple[object, ...], _Raw]]] = {}
+        # Interned, so that the memos and caches (one entry per node and shape) hold shared
+        # objects or ints: each new tracked object is one more for the cyclic collector to walk.
+        self._memo_keys = IdTable(_KEY_LIMIT)
+        self._keys: dict[tuple[float, ...], tuple[float, ...]] = {}
 
     @property
     def epoch(self) -> int:
@@ -79,7 +84,8 @@ class _FragPolicyBase(ABC):
         what it reads of the pod: GPU containers, models and class, and CPU/RAM only through
         `host_fit` and the measure's buckets. So pods that differ only in CPU or RAM (most of a
         trace's shapes) mostly share it; `_finish` (a few float operations) reads them exactly."""
-        results, key = self._memo(node, pod)
+        vector, key = self._memo(node, pod)
+        results = vector.memo
         result = results.get(key)
         if result is None:
             if len(results) >= _FAMILY_LIMIT:
@@ -87,43 +93,62 @@ class _FragPolicyBase(ABC):
             result = results[key] = self._evaluate(node, pod)
         return self._finish(node, pod, result)
 
-    def _memo(self, node: NodeState, pod: PodRequest) -> tuple[dict[tuple[object, ...], _Raw], tuple[object, ...]]:
-        """The node's memo of `_evaluate` results (this version and epoch) and the pod's key in it."""
-        epoch = self._measure.epoch
-        memo = self._by_node.get(node.name)
-        if memo is None or memo[0] != node.version or memo[1] != epoch:
-            memo = self._by_node[node.name] = (node.version, epoch, {})
-        free_cpu, free_memory = node.free_cpu_milli, node.free_memory_mib
+    def _memo(self, node: NodeState, pod: PodRequest) -> tuple[NodeVector, int]:
+        """The node's vector, its memo of `_evaluate` results made current for this measure
+        epoch (`NodeVector.memo`), and the pod's key in it (an interned id of what `_evaluate`
+        reads of the pod and of the node's free CPU/RAM)."""
+        vector = self._vectors.get(node.name)
+        if vector is None or vector.version != node.version:
+            vector = self._vectors[node.name] = NodeVector(node)
+        measure = self._measure
+        if vector.memo_epoch != measure.epoch:
+            vector.memo = {}
+            vector.memo_epoch = measure.epoch
+        free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
+        cpu, memory = pod.cpu_milli, pod.memory_mib
         shape = pod.shape
-        key = (
-            shape[0], shape[3], shape[4], free_cpu >= pod.cpu_milli, free_memory >= pod.memory_mib,
-            *self._measure.buckets(free_cpu - pod.cpu_milli, free_memory - pod.memory_mib),
-        )
-        return memo[2], key
+        key = (shape[0], shape[3], shape[4], free_cpu >= cpu, free_memory >= memory, *measure.buckets(free_cpu - cpu, free_memory - memory))
+        return vector, self._memo_keys.id_of(key)
+
+    def _evaluation(self, key: tuple[float, ...], choice: Assignment) -> Evaluation:
+        shared = self._keys.get(key)
+        if shared is None:
+            if len(self._keys) >= _KEY_LIMIT:
+                self._keys.clear()
+            shared = self._keys[key] = key
+        return Evaluation(shared, choice)
 
     def evaluate_many(self, nodes: Sequence[NodeState], pod: PodRequest) -> list[Evaluation | FitFailure]:
         """`[self.evaluate(node, pod) for node in nodes]`, equal result for result, with the
         fragmentation of every node on the simple path measured in one vectorised pass
-        (`frag_batch`): a shape meeting hundreds of candidate nodes it has not been scored on."""
-        if len(nodes) < _BATCH_MIN or not self._simple_pod(pod):
+        (`frag_batch`) and the final terms of the fragmentation-aware score computed together
+        (`_finish_many`): a shape meeting hundreds of candidate nodes it has not been scored on."""
+        if len(nodes) < _BATCH_MIN:
             return [self.evaluate(node, pod) for node in nodes]
         raws: list[_Raw | None] = []
-        pending = SimpleBatch(self._measure, pod)
+        vectors: list[NodeVector] = []
+        pending = SimpleBatch(self._measure, pod) if self._simple_pod(pod) else None
+        cpu, memory = pod.cpu_milli, pod.memory_mib
         for node in nodes:
-            results, key = self._memo(node, pod)
+            vector, key = self._memo(node, pod)
+            results = vector.memo
             raw = results.get(key)
             if raw is None:
                 if len(results) >= _FAMILY_LIMIT:
                     results.clear()
-                vector = self._vector(node)
-                if host_fit(node, pod) is None and self._simple_node(node, vector):
+                if pending is not None and vector.free_cpu >= cpu and vector.free_host_memory >= memory and self._simple_node(node, vector):
                     pending.add(len(raws), node, vector, results, key)
                 else:
                     raw = results[key] = self._evaluate(node, pod)
             raws.append(raw)
-        for position, results, key, raw in pending.finish():
+            vectors.append(vector)
+        for position, results, key, raw in pending.finish() if pending is not None else ():
             raws[position] = results[key] = raw
-        return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]  # type: ignore[arg-type]
+        return self._finish_many(nodes, pod, raws, vectors)  # type: ignore[arg-type]
+
+    def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], vectors: Sequence[NodeVector]) -> list[Evaluation | FitFailure]:
+        """`_finish` of every node (`vectors`: their `NodeVector`s)."""
+        return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
 
     def _simple_pod(self, pod: PodRequest) -> bool:
         return len(pod.gpu_containers) == 1 and pod.gpu_models is None and pod.app_class != "offline"
@@ -145,8 +170,8 @@ class _FragPolicyBase(ABC):
 
     def _host_increase(self, node: NodeState, pod: PodRequest) -> float:
         """How much GPU compute placing `pod` leaves unfed by the node's CPU and RAM."""
-        free = self._vector(node).free_total
-        cpu, memory, unfed = node.free_cpu_milli, node.free_memory_mib, self._host.unfed
+        vector = self._vector(node)
+        free, cpu, memory, unfed = vector.free_total, vector.free_cpu, vector.free_host_memory, self._host.unfed
         return unfed(free - pod.gpu_milli_total, cpu - pod.cpu_milli, memory - pod.memory_mib) - unfed(free, cpu, memory)
 
     def _evaluate(self, node: NodeState, pod: PodRequest) -> _Raw:
@@ -204,7 +229,7 @@ class _FragPolicyBase(ABC):
             value = round(raw, 6)
             if value < best:  # strict: the lowest index wins a tie
                 k, best = position, value
-        return best - before, ((indices[k],),), idle_count - (1 if idle[k] else 0)
+        return best - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
 
     def _evaluate_general(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
         cpu_after = node.free_cpu_milli - pod.cpu_milli
@@ -239,7 +264,7 @@ class FgdPolicy(_FragPolicyBase):
         if isinstance(raw, FitFailure):
             return raw
         increase, choice, _ = raw
-        return Evaluation((float(sigmoid_score(increase)),), choice)
+        return self._evaluation((float(sigmoid_score(increase)),), choice)
 
 
 def sigmoid_score(increase: float, scale: float = 100.0) -> int:
@@ -413,13 +438,24 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             (MILLI_PER_GPU if c.whole else c.gpu_milli) * cost(model[i]) for c, indices in zip(pod.gpu_containers, choice) for i in indices
         )
 
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
+    def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], vectors: Sequence[NodeVector]) -> list[Evaluation | FitFailure]:
+        if not self.settings.host_weight:
+            return super()._finish_many(nodes, pod, raws, vectors)
+        hosts = self._host.unfed_increase_many(
+            [v.free_total for v in vectors], [v.free_cpu for v in vectors], [v.free_host_memory for v in vectors],
+            pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib,
+        )
+        finish = self._finish
+        return [finish(node, pod, raw, host) for node, raw, host in zip(nodes, raws, hosts)]
+
+    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw, host: float | None = None) -> Evaluation | FitFailure:
+        """`host`: `_host_increase(node, pod)` when the caller computed it already."""
         if isinstance(raw, FitFailure):
             return raw
         increase, choice, idle_after = raw
         st = self.settings
         if st.host_weight:
-            increase += st.host_weight * self._host_increase(node, pod)
+            increase += st.host_weight * (self._host_increase(node, pod) if host is None else host)
         if st.model_weight and self._pressure:
             increase += st.model_weight * self._model_cost(node, pod, choice)
         if st.scarce_weight:
@@ -440,4 +476,4 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         # consolidates work on the same nodes (measured: breaking ties by the exact increase
         # scatters pods and loses ~1 % of allocation at full load).
         size = -float(st.node_size_preference * len(node.gpus))
-        return Evaluation((float(banded), size, in_use, fewer_idle), choice)
+        return self._evaluation((float(banded), size, in_use, fewer_idle), choice)

@@ -21,6 +21,8 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from tessera.alloc.model import MILLI_PER_GPU
 from tessera.alloc.workload import MixSnapshot
 
@@ -67,6 +69,26 @@ class HostDemand:
         if self.memory_per_milli > 0:
             feed = min(feed, max(free_memory, 0) / self.memory_per_milli)
         return free_gpu_milli - feed
+
+    def unfed_increase_many(
+        self, free_gpu_milli: Sequence[int], free_cpu: Sequence[int], free_memory: Sequence[int], gpu_milli: int, cpu: int, memory: int
+    ) -> list[float]:
+        """`unfed(g - gpu_milli, c - cpu, m - memory) - unfed(g, c, m)` for every (g, c, m),
+        computed together; bit for bit the scalar values (the same IEEE operations, element by
+        element: int to float64, divide, min, subtract)."""
+        gpus = np.array(free_gpu_milli, dtype=np.int64)
+        cpus = np.array(free_cpu, dtype=np.int64)
+        memories = np.array(free_memory, dtype=np.int64)
+        after = self._unfed_array(gpus - gpu_milli, cpus - cpu, memories - memory)
+        return (after - self._unfed_array(gpus, cpus, memories)).tolist()  # type: ignore[no-any-return]
+
+    def _unfed_array(self, gpus: np.ndarray, cpus: np.ndarray, memories: np.ndarray) -> np.ndarray:
+        feed = gpus.astype(np.float64)
+        if self.cpu_per_milli > 0:
+            feed = np.minimum(feed, np.maximum(cpus, 0) / self.cpu_per_milli)
+        if self.memory_per_milli > 0:
+            feed = np.minimum(feed, np.maximum(memories, 0) / self.memory_per_milli)
+        return gpus - feed
 
 
 class FragmentationMeasure:

@@ -42,10 +42,12 @@ class PlacementPolicy(str, Enum):
 DEFAULT_POLICY = PlacementPolicy.FRAGMENTATION_AWARE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Evaluation:
     """A feasible placement of a pod on one node. Higher `key` is better (compared as a tuple);
-    `score` is its first element, the value the extender reports."""
+    `score` is its first element, the value the extender reports. Slots: the caches hold one
+    per (node, shape), and an instance without a `__dict__` is one object for the collector
+    to walk instead of two."""
 
     key: tuple[float, ...]
     assignment: Assignment

@@ -40,6 +40,12 @@ def _message(reason: str) -> str:
 
 _MESSAGES: Final = {failure: _message(failure.value) for failure in FitFailure}
 _NOT_SHARED_MESSAGE: Final = _message(NOT_SHARED)
+# Per failure, by identity (hashing an enum member is a Python-level call, once per failed node
+# of every /filter): whether it goes to FailedAndUnresolvableNodes, and the message.
+_ROUTES: Final = {
+    id(failure): (failure in _UNRESOLVABLE, _NOT_SHARED_MESSAGE if failure is FitFailure.UNKNOWN_NODE else _MESSAGES[failure])
+    for failure in FitFailure
+}
 
 
 class Extender:
@@ -80,21 +86,17 @@ class Extender:
             self._state.observe_once(request)
             held = self._state.held_node(request.uid)
             evaluations = self._state.evaluations(request, names if held is None else [n for n in names if n != held])
-        # Identity tests first: this loop runs once per candidate node (1000s), and hashing an
-        # enum member for a dict or set look-up is a Python-level call.
-        gpu, gpu_message = FitFailure.GPU, _MESSAGES[FitFailure.GPU]
+        # This loop runs once per candidate node (1000s): identity tests and locals only.
+        gpu, gpu_message, evaluation, routes, get = FitFailure.GPU, _MESSAGES[FitFailure.GPU], Evaluation, _ROUTES, evaluations.get
         for name in names:
-            result = evaluations.get(name)
-            if result is None or isinstance(result, Evaluation):
+            result = get(name)
+            if result is None or result.__class__ is evaluation:
                 feasible.append(name)  # None: its own reservation (rebuilt after a restart)
             elif result is gpu:
                 failed[name] = gpu_message
-            elif result is FitFailure.UNKNOWN_NODE:
-                unresolvable[name] = _NOT_SHARED_MESSAGE
-            elif result in _UNRESOLVABLE:
-                unresolvable[name] = _MESSAGES[result]
             else:
-                failed[name] = _MESSAGES[result]
+                to_unresolvable, message = routes[id(result)]
+                (unresolvable if to_unresolvable else failed)[name] = message
         return self._result(args, feasible, failed, unresolvable)
 
     @staticmethod

@@ -70,3 +70,14 @@ def test_views_agree_with_fresh_evaluation(ops: list[tuple[str, int, str]], poli
             viewed = state.evaluations(probe, NODES)
             direct = {n: fresh.policy().evaluate(state.cluster.nodes[n], probe) for n in NODES}
             assert viewed == direct
+
+
+def test_a_view_answers_the_names_asked_and_no_others() -> None:
+    """A view that knows every node must not leak the others into an answer for fewer (the
+    prioritize scores are scaled over exactly the candidates), duplicates in the request included."""
+    state = _state(PlacementPolicy.FRAGMENTATION_AWARE)
+    probe = _request("probe", 50)
+    with state.lock:
+        assert set(state.evaluations(probe, NODES)) == set(NODES)
+        assert set(state.evaluations(probe, ["n1"])) == {"n1"}
+        assert set(state.evaluations(probe, ["n1", "n1", "n2"])) == {"n1", "n2"}
