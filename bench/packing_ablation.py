@@ -2,6 +2,7 @@
 
     nice python bench/packing_ablation.py --seeds 42,43 --variants default,nohost,noreserve,previous
     nice python bench/packing_ablation.py --trace cpu300 --trace-dir CLUSTERDATA/cluster-trace-gpu-v2023/csv --seeds 42 --variants default,noreserve --workers 2
+    nice python bench/packing_ablation.py --trace gpuspec05 --trace-dir CLUSTERDATA/cluster-trace-gpu-v2023/csv --seeds 42,1001 --variants default,before-dips,protect2,norefresh
 
 Each variant is `FragAwareSettings` (or the mix source) changed in one place; prints the allocated %
 of capacity at 90/95/100/130 % arrived per seed and the mean. See docs/scheduling.md.
@@ -18,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tessera.alloc import Cluster, PlacementPolicy, static_snapshot  # noqa: E402
+from tessera.alloc import Cluster, PlacementPolicy, WorkloadMix, static_snapshot  # noqa: E402
 from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy  # noqa: E402
+from tessera.alloc.workload import MixSettings  # noqa: E402
 from tessera.sim.replay import Order, ReplaySettings, arrival_order  # noqa: E402
 from tessera.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
 
@@ -44,13 +46,31 @@ VARIANTS: dict[str, tuple[FragAwareSettings, bool]] = {  # name -> (settings, le
     "nosize": (replace(BASE, node_size_preference=0), True),
     "inuse": (replace(BASE, prefer_in_use=True), True),
     "idle": (replace(BASE, prefer_fewer_idle=True), True),
+    # the terms added for the 90-95 % dips (2026-11-26, docs/scheduling.md items 10-13)
+    "noscarce": (replace(BASE, scarce_weight=0.0), True),
+    "nocpureserve": (replace(BASE, reserve_cpu_only=False), True),  # CPU-only pods never held off reserved hosts
+    "cpureserve-always": (replace(BASE, cpu_only_headroom=0.0), True),  # held off even when CPU is short (cpu300)
+    "noprior": (replace(BASE, scarce_prior=False), True),
+    "protect2": (replace(BASE, model_protect_factor=2.0), True),
+    "protect8": (replace(BASE, model_protect_factor=8.0), True),
+    "norefresh": (BASE, True),  # with MIX_VARIANTS below
+    "nomultifloor": (BASE, True),  # rare 8-GPU shapes dropped from the mix, with MIX_VARIANTS below
+    "multifloor-always": (replace(BASE, rare_multi_need_cpu=False), True),  # their guards held even when CPU is short
+    "before-dips": (replace(BASE, scarce_weight=0.0, reserve_cpu_only=False, model_protect_factor=2.0), True),
+}
+MIX_VARIANTS: dict[str, MixSettings] = {  # name -> how the mix is learned, where not the default
+    "norefresh": MixSettings(limited_refresh_ratio=0.0),
+    "nomultifloor": MixSettings(min_weight_multi=None),
+    "before-dips": MixSettings(limited_refresh_ratio=0.0, min_weight_multi=None),
 }
 MARKS = (90, 95, 100, 130)
 
 
-def run(nodes_csv: Path, pods: list[TracePod], settings: FragAwareSettings, learn: bool, seed: int) -> dict[int, float]:
+def run(
+    nodes_csv: Path, pods: list[TracePod], settings: FragAwareSettings, learn: bool, seed: int, mix: MixSettings | None = None
+) -> dict[int, float]:
     nodes = load_nodes(nodes_csv)
-    cluster = Cluster(nodes)
+    cluster = Cluster(nodes, mix=WorkloadMix(mix or MixSettings()))
     policy = FragmentationAwarePolicy(cluster.mix.snapshot() if learn else static_snapshot(p.request for p in pods), settings)
     ranking = sorted(n.name for n in nodes)
     random.Random(seed).shuffle(ranking)
@@ -80,7 +100,7 @@ def _job(args: tuple[str, str, str, int]) -> tuple[str, int, dict[int, float]]:
     trace_dir, trace, name, seed = args
     settings, learn = VARIANTS[name]
     pods = load_pods(Path(trace_dir) / f"openb_pod_list_{trace}.csv")
-    return name, seed, run(Path(trace_dir) / "openb_node_list_gpu_node.csv", pods, settings, learn, seed)
+    return name, seed, run(Path(trace_dir) / "openb_node_list_gpu_node.csv", pods, settings, learn, seed, MIX_VARIANTS.get(name))
 
 
 def main() -> int:

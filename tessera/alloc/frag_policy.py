@@ -14,9 +14,12 @@ Tessera's fragmentation-aware policy differs where it measurably helps (docs/sch
   left for a typical pod is stranded);
 - multi-GPU shapes weigh like N pods while they are rare, and equal bands go to the node with
   fewer GPUs, which keeps whole nodes free for 8-GPU pods; once few nodes can still host a
-  multi-GPU shape of the mix, those are reserved for it (`Reservations`, a cluster-wide count);
+  multi-GPU shape of the mix, those are reserved for it (`Reservations`, a cluster-wide count),
+  and nodes that are the only possible hosts of a scarce multi-GPU shape cost a little to break
+  at any load (`Reservations.scarce_loss`);
 - model pressure: a pod that accepts several GPU models avoids the models that pods limited to
-  them will be short of (`ModelPressure`);
+  them will be short of (`ModelPressure`), and keeps a model whole once its free compute nears
+  a few times what those pods will take;
 - the mix is learned online (`WorkloadMix`), in the simulator as in the extender.
 """
 from __future__ import annotations
@@ -288,6 +291,59 @@ class FragAwareSettings:
     the pods of that shape (and of the shapes competing for the same nodes) expected in this many
     arrivals, a GPU pod that would leave one of them unable to host it ranks below every other
     placement (`Reservations`); 0 = off."""
+    reserve_cpu_only: bool = True
+    """Default on: pods without GPUs are held off reserved nodes and charged the scarce costs too,
+    but only while CPU is plentiful (`cpu_only_headroom`). openb cpu250 (25 % CPU-only pods):
+    32-core CPU-only pods no longer take the last whole 128-core nodes that 8-GPU 120-core pods
+    need (seeds 42, 1001: -0.19 -> +0.00 against FGD at 90 % arrived). Charged unconditionally,
+    cpu300 (30 % CPU-only pods, CPU the binding resource) fell to 84.84 % at 100 % arrived
+    against FGD's 85.66 (seed 42): CPU-only pods kept off the CPU-rich reserved nodes took the
+    cores of nodes whose GPUs then starved; with the CPU test 85.73. Off: no pod without GPUs
+    is charged."""
+    cpu_only_headroom: float = 1.0
+    """Default 1: pods without GPUs are charged (`reserve_cpu_only`) only while the cluster's free
+    CPU is at least this many times what its free GPUs need at the mix's GPU pods' CPU per GPU
+    (`HostDemand.cpu_per_milli`); below it CPU is the binding resource and they go wherever they
+    strand least. Charged again only above 1.25 times it (`reservation._CPU_HYSTERESIS`).
+    Measured on openb seed 42: cpu300's ratio falls below 1 at ~71 % arrived, before any
+    reservation is on (80 %); cpu250's stays >= 1.1 until the cluster is full (92 %). Neither
+    the share of CPU-only pods (25 % vs 30 %) nor the whole mix's CPU per GPU against the
+    cluster's (1.03 vs 1.14) separates the two. 0: always charged."""
+    rare_multi_need_cpu: bool = True
+    """Default on: the multi-GPU shapes kept in the mix only for reservations
+    (`MixSettings.min_weight_multi`) are guarded only while CPU is plentiful
+    (`cpu_only_headroom`), as CPU-only pods are charged. Held regardless, they cost cpu300 0.2 at
+    100 % arrived (seed 1001: 86.20 against 86.40 without them, FGD 86.31); gated: 86.48."""
+    scarce_share: float = 0.1
+    """Default 0.1: a multi-GPU shape of the mix that at most this share of the nodes with its GPU
+    count could ever host (openb: 8-GPU pods asking 120 cores fit only the 39 128-core nodes of
+    617 8-GPU nodes) is scarce (`Reservations.scarce_loss`); 0 = none is."""
+    scarce_weight: float = 0.1
+    """Default 0.1: weight of the scarce shapes' GPUs a placement leaves the node unable to host,
+    added to the increase at any load, not only once the reservation is on. CPU-rich nodes
+    otherwise draw CPU-heavy single-GPU pods (host stranding favours them), and by the time
+    the reservation switches on they are gone. Measured (openb, seeds 42 and 1001, with the
+    other defaults): multigpu50 -0.13 -> +0.00 against FGD at 90 % arrived, 100 % +0.37 ->
+    +0.38; cpu072 100 % +0.06 -> +0.11. 0.3 placed the same as 0.1 on cpu072 and multigpu50."""
+    scarce_prior: bool = True
+    """Default on: a prior for hard shapes not seen yet (pods with GPUs only, unless
+    `reserve_cpu_only`). An empty node of a kind whose GPU count
+    and CPU at most `scarce_share` of the nodes with as many GPUs match (openb: the 39 128-core
+    8-GPU nodes of 617) costs `scarce_weight` x its GPUs to break, whatever the mix. On cpu250
+    the first 8-GPU 120-core pod can arrive at 80 % arrived, after every 128-core node was
+    broken, mostly by 32-core CPU-only pods (seeds 44, 1002: one such pod failed, -0.13 against
+    FGD at 90 %); with the prior: +0.00 at 90 % and +0.15 to +0.25 more at 100 % (seeds 43, 44,
+    1002). The inventory is tracked from the first pod, before the mix has any multi-GPU shape:
+    on multigpu50 seed 43 an 8-GPU 88-core pod broke a 128-core node at 0.4 % arrived (under
+    the prior mix, when nothing was tracked yet), and one 8-GPU 120-core pod more than under
+    FGD failed at 89 % (-0.13 at 90 and 95 %); tracked from the start, +0.00."""
+    model_protect_factor: float = 4.0
+    """Default 4: a GPU model is protected for the pods limited to it (`ModelPressure`) once its
+    free compute is at most this many times their expected take of the cluster's free compute.
+    Measured on openb gpuspec05 (seeds 42, 1001, with the limited mix refreshed as it is seen,
+    `MixSettings.limited_refresh_ratio`): 2 -> P100-only pods fail from 20-60 % arrived (the
+    2-GPU P100 nodes draw any-model pods; -0.25 against FGD at 90 %); 4 -> -0.00 at 90 %,
+    +0.08 at 95, +0.44 at 100; 8 -> +0.03 / +0.09 / +0.35."""
     tolerance_milli: float = 25.0
     """Default 25 milli-GPU: fragmentation increases closer than this count as equal, so the
     consolidating tie-breaks below decide (exact increases scatter pods over many nodes by noise)."""
@@ -324,8 +380,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self.weighting = "multi" if self.settings.multi_gpu_weighting else "pods"
         super().__init__(snapshot)
         self._nodes: dict[str, NodeState] = {}
-        self._reserve = Reservations(snapshot, self.settings.reserve_horizon_pods)
-        self._pressure = ModelPressure(snapshot)
+        self._reserve = self._reservations(snapshot)
+        self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
         self._epoch_of: tuple[int, int, int] = (self._measure.epoch, self._reserve.generation, self._pressure.generation)
         self._epoch = 0
 
@@ -342,11 +398,24 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     def use_mix(self, snapshot: MixSnapshot) -> None:
         if snapshot.epoch != self._measure.epoch:
             super().use_mix(snapshot)
-            self._reserve = Reservations(snapshot, self.settings.reserve_horizon_pods)
-            self._pressure = ModelPressure(snapshot)
+            self._reserve = self._reservations(snapshot)
+            self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
             for node in self._nodes.values():
                 self._reserve.track(node)
                 self._pressure.track(node)
+
+    def _reservations(self, snapshot: MixSnapshot) -> Reservations:
+        st = self.settings
+        return Reservations(
+            snapshot,
+            st.reserve_horizon_pods,
+            cpu_only=st.reserve_cpu_only,
+            cpu_per_milli=self._host.cpu_per_milli,
+            cpu_headroom=st.cpu_only_headroom,
+            rare_need_cpu=st.rare_multi_need_cpu,
+            scarce_share=st.scarce_share,
+            scarce_prior=st.scarce_prior,
+        )
 
     def node_changed(self, node: NodeState) -> None:
         """The cluster added or changed `node` (reservations count nodes cluster-wide)."""
@@ -389,6 +458,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             increase += st.host_weight * (self._host_increase(node, pod) if host is None else host)
         if st.model_weight and self._pressure:
             increase += st.model_weight * self._model_cost(node, pod, choice)
+        if st.scarce_weight:
+            increase += st.scarce_weight * self._reserve.scarce_loss(node, pod, choice)
         if st.sigmoid_bands:
             banded = float(sigmoid_score(increase, st.band_scale))
         elif st.tolerance_milli > 0:

@@ -14,11 +14,13 @@ With no limited pods in the mix every cost is 0 and placements are unchanged.
 That steady cost is small where a model is plentiful (openb gpuspec05: T4-only pods are 2.5 % of
 the pods, T4s 13.5 % of the GPUs: cost 0.2), yet the CPU-rich 2-GPU T4 nodes attract any-model pods
 (host stranding, the node-size tie-break) until no T4 is left at 50 % arrived and every later
-T4-only pod fails. So a model is also *protected* once its free compute falls to twice what the
-pods limited to it are expected to take of the cluster's free compute (their share of the mix's
-GPU demand times the free compute of all healthy GPUs): while protected its cost is 1, a whole
-placement's worth. It stays protected until its free compute is above four times that, so binds
-and releases around the threshold do not flush every cache.
+T4-only pod fails. So a model is also *protected* once its free compute falls to `protect_factor`
+(default 4, `FragAwareSettings.model_protect_factor`) times what the pods limited to it are
+expected to take of the cluster's free compute (their share of the mix's GPU demand times the
+free compute of all healthy GPUs): while protected its cost is 1, a whole placement's worth. It
+stays protected until its free compute is above twice that, so binds and releases around the
+threshold do not flush every cache. At factor 2 the 2-GPU P100 nodes of gpuspec05 were full of
+any-model pods before the protection switched on, and P100-only pods failed from 20 % arrived.
 
 The costs depend on the mix snapshot, on the inventory (GPUs per model) and on which models are
 protected, so `generation` moves whenever a node's healthy GPUs per model change or a model's
@@ -32,7 +34,10 @@ from tessera.alloc.workload import MixSnapshot
 
 
 class ModelPressure:
-    def __init__(self, snapshot: MixSnapshot) -> None:
+    def __init__(self, snapshot: MixSnapshot, protect_factor: float = 4.0) -> None:
+        """`protect_factor`: a model is protected once its free compute is at most this many times
+        its limited pods' expected take (released above twice that)."""
+        self._factor = protect_factor
         total = 0.0
         self._limited: list[tuple[frozenset[str], float]] = []  # (models, share of the mix's GPU demand)
         for s in snapshot.shapes:
@@ -82,7 +87,7 @@ class ModelPressure:
         if not self._settled:
             self._settled = True
             asked = self._asked()
-            self._protected = frozenset(m for m, share in asked.items() if self._free.get(m, 0) <= 2 * share * self._free_total)
+            self._protected = frozenset(m for m, share in asked.items() if self._free.get(m, 0) <= self._factor * share * self._free_total)
         if model in self._protected:
             return 1.0
         costs = self._costs
@@ -122,9 +127,9 @@ class ModelPressure:
         for model, share in asked.items():
             expected = share * self._free_total
             free = self._free.get(model, 0)
-            if free <= 2 * expected:
+            if free <= self._factor * expected:
                 protected.add(model)
-            elif free > 4 * expected:
+            elif free > 2 * self._factor * expected:
                 protected.discard(model)
         if protected != self._protected:
             self._protected = frozenset(protected)

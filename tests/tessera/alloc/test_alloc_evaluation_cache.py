@@ -75,6 +75,8 @@ def _fresh(policy: Policy, nodes: Iterable[NodeState] = ()) -> Policy:
         # the switch of a reservation depends on history (hysteresis), so it is taken over;
         # which nodes can host which shape, and every score, are recomputed
         fresh._reserve._active, fresh._reserve._settled = policy._reserve.active, True
+        # and whether CPU is plentiful (CPU-only pods and rare shapes' guards)
+        fresh._reserve._cpu_plenty, fresh._reserve._cpu_settled = policy._reserve._plenty(), True
         # so does a GPU model's protection (model pressure)
         policy._pressure.cost("")
         fresh._pressure._protected, fresh._pressure._settled = policy._pressure._protected, True

@@ -31,7 +31,7 @@ def test_a_model_is_protected_once_its_free_gpus_fall_to_what_its_limited_pods_w
     """T4-only pods are 10 % of the GPU demand and half of the 100 GPUs are T4s, so a T4 costs an
     any-model pod little (0.2) while T4s are plentiful; once any-model pods have taken most of
     them, the rest are kept for the T4-only pods (cost 1), until enough are free again."""
-    plenty = ModelPressure(MIX)
+    plenty = ModelPressure(MIX, protect_factor=2.0)
     nodes = _nodes("T4", 25) + _nodes("A100", 25)  # half the GPUs are T4s: steady cost 0.2
     for node in nodes:
         plenty.track(node)
@@ -54,6 +54,19 @@ def test_a_model_is_protected_once_its_free_gpus_fall_to_what_its_limited_pods_w
             g.used_milli = 0
         plenty.track(node)
     assert plenty.cost("T4") == 0.2
+
+
+def test_the_default_factor_protects_a_model_while_more_of_it_is_free() -> None:
+    """30 of 50 T4s used (20 free of 70 free GPUs; T4-only pods take 10 %): at the default factor
+    (4: 20 <= 28) the T4s are kept for T4-only pods; at factor 2 (20 > 14) not yet."""
+    nodes = _nodes("T4", 25, used=30) + _nodes("A100", 25)
+    costs = {}
+    for factor in (4.0, 2.0):
+        pressure = ModelPressure(MIX) if factor == 4.0 else ModelPressure(MIX, protect_factor=factor)
+        for node in nodes:
+            pressure.track(node)
+        costs[factor] = pressure.cost("T4")
+    assert costs == {4.0: 1.0, 2.0: 0.2}
 
 
 def test_without_limited_pods_nothing_is_protected() -> None:
