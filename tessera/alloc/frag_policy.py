@@ -97,9 +97,7 @@ class _FragPolicyBase(ABC):
         """The node's vector, its memo of `_evaluate` results made current for this measure
         epoch (`NodeVector.memo`), and the pod's key in it (an interned id of what `_evaluate`
         reads of the pod and of the node's free CPU/RAM)."""
-        vector = self._vectors.get(node.name)
-        if vector is None or vector.version != node.version:
-            vector = self._vectors[node.name] = NodeVector(node)
+        vector = self._vector(node)
         measure = self._measure
         if vector.memo_epoch != measure.epoch:
             vector.memo = {}
