@@ -68,25 +68,6 @@ class VectorBatch:
             self._changed += (item, position, f, m)
         return item
 
-    def one_change_each(self, base: int, models: frozenset[str], free_cpu: int, free_memory: int, changes: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
-        """One item per change (position, new free milli, new free memory) of `base`, as
-        `item(base, ..., [change])` each; returns (position, item) pairs."""
-        first = len(self._base)
-        found = self._model_sets.get(models)
-        if found is None:
-            found = self._model_sets[models] = len(self._model_sets)
-        count = len(changes)
-        self._base += [base] * count
-        self._cpu += [free_cpu] * count
-        self._ram += [free_memory] * count
-        self._models += [found] * count
-        out = []
-        changed = self._changed
-        for i, (position, f, m) in enumerate(changes):
-            changed += (first + i, position, f, m)
-            out.append((position, first + i))
-        return out
-
     def values(self, measure: FragmentationMeasure) -> list[float]:
         """The measure of every item, in the order they were added; each equals `measure.of`."""
         if not self._base:
@@ -241,9 +222,9 @@ class SimpleBatch:
         self._shares: list[tuple[_Pending, NodeVector]] = []
         self._failed: list[_Pending] = []
 
-    def add(self, position: int, node: NodeState, vector: NodeVector, memo: dict[int, Raw], key: int) -> None:
-        """`node` (which passed `host_fit`) at `position` of the caller's list; its result goes
-        into `memo[key]` too."""
+    def add(self, position: int, vector: NodeVector, memo: dict[int, Raw], key: int) -> None:
+        """The node of `vector` (which passed `host_fit`) at `position` of the caller's list; its
+        result goes into `memo[key]` too."""
         c, pod = self._container, self._pod
         if not c.whole:
             self._shares.append(((position, memo, key), vector))

@@ -135,7 +135,7 @@ class _FragPolicyBase(ABC):
                 if len(results) >= _FAMILY_LIMIT:
                     results.clear()
                 if pending is not None and vector.free_cpu >= cpu and vector.free_host_memory >= memory and self._simple_node(node, vector):
-                    pending.add(len(raws), node, vector, results, key)
+                    pending.add(len(raws), vector, results, key)
                 else:
                     raw = results[key] = self._evaluate(node, pod)
             raws.append(raw)
@@ -212,13 +212,8 @@ class _FragPolicyBase(ABC):
             increase = of(models, cpu_after, mem_after, after) - before
             return increase, (tuple(indices[k] for k in positions),), idle_count - c.gpu_count
         need_mem = c.gpu_memory_mib or 0
-        changes: list[tuple[int, GpuFree]] = []
-        tried: set[GpuFree] = set()
-        for k, (f, m) in enumerate(free):
-            if f < c.gpu_milli or m < need_mem or (f, m) in tried:
-                continue
-            tried.add((f, m))
-            changes.append((k, (f - c.gpu_milli, m - need_mem)))
+        milli = c.gpu_milli
+        changes: list[tuple[int, GpuFree]] = [(k, (f - milli, m - need_mem)) for k, f, m in vector.distinct if f >= milli and m >= need_mem]
         if not changes:
             return FitFailure.GPU
         values = measure.of_variants(models, cpu_after, mem_after, free, changes)
