@@ -153,7 +153,7 @@ class Cluster:
         self._evaluations.forget(name)
         self._index.touched(name)
         for impl in self._policies.values():
-            if isinstance(impl, FragmentationAwarePolicy):
+            if isinstance(impl, (FgdPolicy, FragmentationAwarePolicy)):
                 impl.node_removed(name)
         gone = [uid for uid, (_, p) in self._pods.items() if p.node == name]
         for uid in gone:
@@ -181,8 +181,9 @@ class Cluster:
         self._versions += 1
         node.version = self._versions
         self._index.touched(node.name)
+        self._evaluations.prepare(node)
         for impl in self._policies.values():
-            if isinstance(impl, FragmentationAwarePolicy):
+            if isinstance(impl, (FgdPolicy, FragmentationAwarePolicy)):
                 impl.node_changed(node)
 
     # --- decisions ------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ Three shortcuts, cheapest first, each giving exactly what the policy would:
 1. certain rejection: a node summary (`assign.Capacity`, once per node version) against the
    pod's `assign.Demand` (once per pod) proves most misfits (not enough CPU, no idle GPU for a
    whole-GPU pod, no GPU with the share free) without building slots or scoring; only for
-   policies whose fit rules are `host_fit` + `assign` (`Policy.standard_fit`);
+   policies whose fit rules are `host_fit` + `assign` (`Policy.standard_fit`). From 64
+   candidates on, the summaries are read from arrays (`CapacityTable`) in one numpy pass;
 2. per node: the last result for (policy, epoch, pod shape), kept with what is derived from the
    node's current `version` (a change drops them all);
 3. per node state: nodes in the same state (GPU indices included) get the same evaluation, so
@@ -14,6 +15,10 @@ Three shortcuts, cheapest first, each giving exactly what the policy would:
    hashing the nested tuples for every (node, shape) look-up cost more than the look-up, and
    with the epoch in the key an entry is the result alone (no tuple for the cyclic collector
    to walk: at 5,000 nodes a request for a new shape ran 4-10 young-generation collections).
+
+What a node's version gives (summary, row, interned state) is derived when it changes
+(`prepare`, called by `Cluster`), while its objects are warm in the CPU cache and no request
+waits for it.
 
 Nodes no shortcut answers go to the policy together, one per state (`evaluate_many`; the
 fragmentation policies vectorise them). `evaluate` is `evaluate_many` of one node, so both
@@ -26,7 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import numpy as np
+
 from tessera.alloc.assign import Capacity, Demand, capacity_of
+from tessera.alloc.capacity_table import CPU, GPU, MEMORY, PASS, UNDECIDED, CapacityTable
 from tessera.alloc.interning import IdTable
 from tessera.alloc.model import FitFailure, NodeState, PodRequest
 from tessera.alloc.policy import Evaluation, Policy
@@ -35,6 +43,9 @@ Result = Evaluation | FitFailure
 _Key = int  # interned (policy, epoch, pod shape)
 _STATE_CACHE_LIMIT = 200_000  # entries of the by-state cache (and of interned states and keys) before a reset
 _PER_NODE_LIMIT = 4096  # shapes remembered per node version; pod shapes are unbounded over a cluster's life
+_TABLE_MIN = 64  # candidate nodes from which the rejections are made in one numpy pass (`CapacityTable`)
+# code -> what `evaluate_many` answers without looking further (None: the node needs a look)
+_DECIDED = tuple({CPU: FitFailure.CPU, MEMORY: FitFailure.MEMORY, GPU: FitFailure.GPU}.get(code) for code in range(UNDECIDED + 1))
 
 
 class _NodeInfo:
@@ -56,12 +67,32 @@ class EvaluationCache:
         self._keys = IdTable(_STATE_CACHE_LIMIT)
         self._info: dict[str, _NodeInfo] = {}
         self._states = IdTable(_STATE_CACHE_LIMIT)
+        self._table = CapacityTable()
+
+    def prepare(self, node: NodeState) -> None:
+        """Derive what a request would need of this new version of the node now (capacity summary,
+        its `CapacityTable` row, interned state): at a change the node's objects are in the CPU
+        cache and nothing waits, while in a request a pod shape new to hundreds of candidates
+        paid for each of them cold (at 5,000 nodes ~50 of ~130 us per node, docs/benchmarks.md).
+
+        Contract: once a node was prepared, every later change of it is prepared too (`Cluster`
+        does so on every change), since its row answers for it without a look at the node. A
+        node never prepared goes the per-node way, which compares versions."""
+        info = self._info.get(node.name)
+        if info is None or info.version != node.version:
+            info = self._info[node.name] = _NodeInfo(node.version, capacity_of(node))
+        self._table.set(node.name, info.capacity)
+        if info.state < 0:
+            info.state = self._intern(node)
 
     def forget(self, name: str) -> None:
         """The node was replaced or removed: its per-node results must not be served again."""
         self._info.pop(name, None)
+        self._table.forget(name)
 
     def clear(self) -> None:
+        """Drop every result (the policy object was replaced). The capacity rows stay: they
+        describe the nodes, not a policy's view of them."""
         self._by_state.clear()
         self._info.clear()
         self._states.clear()
@@ -85,6 +116,13 @@ class EvaluationCache:
             return out
         key = self._key_id(impl, pod)
         demand = Demand.of(pod) if impl.standard_fit else None
+        if demand is not None and demand.models is None:
+            names = names if isinstance(names, list) else list(names)
+            if len(names) >= _TABLE_MIN:
+                # shortcut 1 for every node at once; the loop below gets the others
+                codes = self._table.codes(names, demand)
+                out = dict(zip(names, map(_DECIDED.__getitem__, codes.tolist())))  # type: ignore[arg-type]  # None: placeholder in order
+                names = [names[i] for i in np.flatnonzero((codes == PASS) | (codes == UNDECIDED)).tolist()]
         # the shortcuts in order, inline: this loop runs once per candidate node of every new pod shape
         info_of, by_state = self._info, self._by_state
         missing: list[tuple[NodeState, _NodeInfo]] = []

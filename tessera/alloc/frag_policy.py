@@ -47,7 +47,7 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
 _Raw = Raw
 _FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
 # nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms)
-_BATCH_MIN = 24
+_BATCH_MIN = 8
 _KEY_LIMIT = 65_536  # interned memo keys and score keys per policy before a reset
 
 
@@ -79,12 +79,20 @@ class _FragPolicyBase(ABC):
             self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
             self._host = HostDemand.of(snapshot)
 
+    def node_changed(self, node: NodeState) -> None:
+        """The cluster added or changed `node`: its vector is built now, while the node is warm in
+        the CPU cache and no request waits (`EvaluationCache.prepare` says why)."""
+        self._vectors[node.name] = NodeVector(node)
+
+    def node_removed(self, name: str) -> None:
+        self._vectors.pop(name, None)
+
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         """`_finish` of `_evaluate`. The costly part, `_evaluate`, is memoised per node version on
         what it reads of the pod: GPU containers, models and class, and CPU/RAM only through
         `host_fit` and the measure's buckets. So pods that differ only in CPU or RAM (most of a
         trace's shapes) mostly share it; `_finish` (a few float operations) reads them exactly."""
-        vector, key = self._memo(node, pod)
+        vector, key = self._memo(node, pod, self._pod_key(pod))
         results = vector.memo
         result = results.get(key)
         if result is None:
@@ -93,10 +101,17 @@ class _FragPolicyBase(ABC):
             result = results[key] = self._evaluate(node, pod)
         return self._finish(node, pod, result)
 
-    def _memo(self, node: NodeState, pod: PodRequest) -> tuple[NodeVector, int]:
+    def _pod_key(self, pod: PodRequest) -> int:
+        """An interned id of what `_evaluate` reads of the pod besides its CPU and RAM (GPU
+        containers, models, class); once per pod, not per node."""
+        shape = pod.shape
+        return self._memo_keys.id_of((shape[0], shape[3], shape[4]))
+
+    def _memo(self, node: NodeState, pod: PodRequest, pod_key: int) -> tuple[NodeVector, int]:
         """The node's vector, its memo of `_evaluate` results made current for this measure
-        epoch (`NodeVector.memo`), and the pod's key in it (an interned id of what `_evaluate`
-        reads of the pod and of the node's free CPU/RAM)."""
+        epoch (`NodeVector.memo`), and the pod's key in it: `pod_key` (`_pod_key`) with whether
+        the pod's CPU and RAM fit and the measure's buckets of what they leave, as one int (one
+        measure epoch has one bucket count, and the memo is emptied when the epoch moves)."""
         vector = self._vector(node)
         measure = self._measure
         if vector.memo_epoch != measure.epoch:
@@ -104,9 +119,8 @@ class _FragPolicyBase(ABC):
             vector.memo_epoch = measure.epoch
         free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        shape = pod.shape
-        key = (shape[0], shape[3], shape[4], free_cpu >= cpu, free_memory >= memory, *measure.buckets(free_cpu - cpu, free_memory - memory))
-        return vector, self._memo_keys.id_of(key)
+        fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
+        return vector, (pod_key * 4 + fits) * measure.bucket_count + measure.bucket(free_cpu - cpu, free_memory - memory)
 
     def _evaluation(self, key: tuple[float, ...], choice: Assignment) -> Evaluation:
         shared = self._keys.get(key)
@@ -127,8 +141,9 @@ class _FragPolicyBase(ABC):
         vectors: list[NodeVector] = []
         pending = SimpleBatch(self._measure, pod) if self._simple_pod(pod) else None
         cpu, memory = pod.cpu_milli, pod.memory_mib
+        pod_key, memo = self._pod_key(pod), self._memo
         for node in nodes:
-            vector, key = self._memo(node, pod)
+            vector, key = memo(node, pod, pod_key)
             results = vector.memo
             raw = results.get(key)
             if raw is None:
@@ -412,11 +427,13 @@ class FragmentationAwarePolicy(_FragPolicyBase):
 
     def node_changed(self, node: NodeState) -> None:
         """The cluster added or changed `node` (reservations count nodes cluster-wide)."""
+        super().node_changed(node)
         self._nodes[node.name] = node
         self._reserve.track(node)
         self._pressure.track(node)
 
     def node_removed(self, name: str) -> None:
+        super().node_removed(name)
         self._nodes.pop(name, None)
         self._reserve.forget(name)
         self._pressure.forget(name)

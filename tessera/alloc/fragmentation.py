@@ -136,6 +136,15 @@ class FragmentationMeasure:
         """Where free CPU and RAM fall among the shapes' demands: all the measure reads of them."""
         return bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory)
 
+    @property
+    def bucket_count(self) -> int:
+        """How many values `bucket` takes (0 .. bucket_count - 1)."""
+        return (len(self._cpu_cuts) + 1) * (len(self._mem_cuts) + 1)
+
+    def bucket(self, free_cpu: int, free_memory: int) -> int:
+        """`buckets` as one int: a key without a tuple to hash or to keep."""
+        return bisect_right(self._cpu_cuts, free_cpu) * (len(self._mem_cuts) + 1) + bisect_right(self._mem_cuts, free_memory)
+
     def key(self, models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree]) -> tuple[object, ...]:
         return (models, bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory), tuple(sorted(gpus)))
 

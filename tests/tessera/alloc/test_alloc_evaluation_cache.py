@@ -91,12 +91,23 @@ def _fresh(policy: Policy, nodes: Iterable[NodeState] = ()) -> Policy:
 def test_cached_evaluations_equal_fresh_ones(seed: int, policy: PlacementPolicy, varied: bool) -> None:
     """Through binds, releases and health flips, with many shapes cached per node and per state,
     the cluster's answer equals the policy's on the node as it is now."""
-    rng = random.Random(seed)
-    cluster = Cluster([_node(rng, f"n{i}", varied=varied) for i in range(12)], policy=policy, mix=WorkloadMix())
+    _check_cached_against_fresh(random.Random(seed), policy, varied, nodes=12, steps=60)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), policy=st.sampled_from([PlacementPolicy.FRAGMENTATION_AWARE, PlacementPolicy.BINPACK]))
+def test_cached_evaluations_equal_fresh_ones_over_many_nodes(seed: int, policy: PlacementPolicy) -> None:
+    """As above with enough candidates that the rejections come from the capacity rows
+    (`CapacityTable`, written at every change) and the policy scores in batches."""
+    _check_cached_against_fresh(random.Random(seed), policy, True, nodes=80, steps=12)
+
+
+def _check_cached_against_fresh(rng: random.Random, policy: PlacementPolicy, varied: bool, *, nodes: int, steps: int) -> None:
+    cluster = Cluster([_node(rng, f"n{i}", varied=varied) for i in range(nodes)], policy=policy, mix=WorkloadMix())
     names = list(cluster.nodes) + ["missing"]
     probes = [_pod(rng, f"probe{i}") for i in range(6)]
     held: list[PodUid] = []
-    for step in range(60):
+    for step in range(steps):
         pod = _pod(rng, f"p{step}")
         cluster.observe(pod)
         roll = rng.random()

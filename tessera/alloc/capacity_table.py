@@ -1,0 +1,86 @@
+"""Every node's `Capacity` in arrays, so that the certain rejections of one pod over thousands of
+candidate nodes are one numpy pass instead of a Python loop.
+
+Why: a pod shape the extender has no view for (`scheduler.evaluation_views`) walks every
+candidate node. At 90 % load most of them are rejected on their `Capacity` alone (a whole-GPU pod
+fits a few dozen of 1213 openb nodes), and doing so node by node cost 2 ms with the nodes' objects
+in the CPU cache and 6-7 ms without (node, summary and result dicts scattered over a heap of
+millions of objects), the floor under every such request at 1213 nodes (docs/benchmarks.md).
+
+Rows are written when a node changes (`EvaluationCache.prepare`, called by `Cluster` on every
+change), so they describe the node's current version. A node never prepared, or forgotten, has
+no current row: it is answered `UNDECIDED` and goes the per-node way, which checks versions.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tessera.alloc.assign import Capacity, Demand
+
+PASS, CPU, MEMORY, GPU, UNDECIDED = 0, 1, 2, 3, 4
+"""`codes` values: no certain failure, `Demand.reject`'s three answers, and no current row."""
+
+_FIELDS = ("cpu", "memory", "idle", "max_milli", "max_memory", "share_room", "current")
+
+
+class CapacityTable:
+    def __init__(self, size: int = 1024) -> None:
+        self._row: dict[str, int] = {}
+        self._cpu = np.zeros(size, dtype=np.int64)
+        self._memory = np.zeros(size, dtype=np.int64)
+        self._idle = np.zeros(size, dtype=np.int64)
+        self._max_milli = np.zeros(size, dtype=np.int64)
+        self._max_memory = np.zeros(size, dtype=np.int64)
+        self._share_room = np.zeros(size, dtype=bool)
+        self._current = np.zeros(size, dtype=bool)
+
+    def set(self, name: str, capacity: Capacity) -> None:
+        """`name`'s current capacity."""
+        row = self._row.get(name)
+        if row is None:
+            row = self._row[name] = len(self._row)
+            if row >= len(self._cpu):
+                self._grow()
+        self._cpu[row] = capacity.free_cpu_milli
+        self._memory[row] = capacity.free_memory_mib
+        self._idle[row] = capacity.idle_gpus
+        self._max_milli[row] = capacity.max_free_milli
+        self._max_memory[row] = capacity.max_free_memory_mib
+        self._share_room[row] = capacity.share_room
+        self._current[row] = True
+
+    def forget(self, name: str) -> None:
+        """`name` has no current row until `set` again."""
+        row = self._row.get(name)
+        if row is not None:
+            self._current[row] = False
+
+    def clear(self) -> None:
+        self._current[:] = False
+
+    def codes(self, names: Sequence[str], demand: Demand) -> np.ndarray:
+        """Per name, in order: `Demand.reject`'s answer as a code (`PASS` where it has none),
+        `UNDECIDED` without a current row. `demand` must not name GPU models (the model test
+        needs each node's model set)."""
+        assert demand.models is None
+        get = self._row.get
+        rows = np.fromiter([get(name, -1) for name in names], dtype=np.intp, count=len(names))
+        known = rows >= 0
+        rows = np.where(known, rows, 0)
+        gpu = demand.whole_gpus > self._idle[rows]
+        if demand.share_milli:
+            gpu |= (demand.share_milli > self._max_milli[rows]) | (demand.share_memory_mib > self._max_memory[rows]) | ~self._share_room[rows]
+        # the order of Demand.reject: CPU, then memory, then the GPUs
+        code = np.where(gpu, GPU, PASS)
+        code = np.where(self._memory[rows] < demand.memory_mib, MEMORY, code)
+        code = np.where(self._cpu[rows] < demand.cpu_milli, CPU, code)
+        return np.where(known & self._current[rows], code, UNDECIDED)
+
+    def _grow(self) -> None:
+        for field in _FIELDS:
+            old = getattr(self, "_" + field)
+            new = np.zeros(2 * len(old), dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, "_" + field, new)
