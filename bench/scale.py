@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import PODS_CSV, eight_gpu_nodes  # noqa: E402
 
+from tessera.alloc import pod_request_from_k8s  # noqa: E402
 from tessera.scheduler.simulate import trace_pod_manifest  # noqa: E402
 from tessera.scheduler.simulate_fill import trace_arrivals  # noqa: E402
 
@@ -98,6 +99,13 @@ def proc_status(pid: int) -> dict[str, int]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     out["cpu_centis"] = round(100 * (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
     return out
+
+
+def _shape(pod: dict[str, Any]) -> str:
+    """A probe pod's GPU, CPU and memory asks, as `bench/extender.py --slowest` prints them."""
+    request = pod_request_from_k8s(pod)
+    gpus = "+".join(f"{c.gpu_count}x{c.gpu_milli}m" for c in request.gpu_containers) or "no"
+    return f"{gpus} GPU, cpu {request.cpu_milli}m, memory {request.memory_mib}Mi"
 
 
 def feasible_nodes_to_find(n: int) -> int:
@@ -169,6 +177,7 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 client.probe(next_pod("warmup"), candidates(mode))
             latencies: list[float] = []
             feasible_counts: list[int] = []
+            pods: list[dict[str, Any]] = []
             cpu0 = proc_status(proc.pid)["cpu_centis"]
             for _ in range(args.probes):
                 pod = next_pod("probe")
@@ -176,6 +185,7 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 feasible_counts.append(len(client.probe(pod, offered)))
                 latencies.append(time.perf_counter() - t0)
+                pods.append(pod)
             cpu_ms = 10 * (proc_status(proc.pid)["cpu_centis"] - cpu0) / max(1, args.probes)
             prefix = "" if mode == "all" else "ks_"
             timings[mode] = {
@@ -183,6 +193,9 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 f"{prefix}p99_ms": 1000 * pct(latencies, 0.99), f"{prefix}max_ms": 1000 * max(latencies),
                 f"{prefix}cpu_ms_per_probe": cpu_ms, f"{prefix}feasible_median": statistics.median(feasible_counts),
             }
+            slowest = sorted(range(len(latencies)), key=latencies.__getitem__, reverse=True)[: args.slowest]
+            for i in slowest:
+                print(f"  {mode}: {1000 * latencies[i]:7.2f} ms  {_shape(pods[i])}; {feasible_counts[i]} feasible", flush=True)
 
         # decided before any is bound, so two pods decided for one node could overfill it: each
         # goes to a node no earlier pod was decided for, while there is one
@@ -255,6 +268,7 @@ def main() -> int:
     parser.add_argument("--results", type=Path, default=OUT / "results.json", help="appends a JSON line per run")
     parser.add_argument("--figure", type=Path, default=FIGURE)
     parser.add_argument("--no-replay", action="store_true", help="skip the sim replay part (bench/sim_scale.py)")
+    parser.add_argument("--slowest", type=int, default=0, metavar="N", help="list the N slowest probes of each mode with their pod shape")
     args = parser.parse_args()
 
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}; "

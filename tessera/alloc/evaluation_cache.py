@@ -123,6 +123,8 @@ class EvaluationCache:
                 codes = self._table.codes(names, demand)
                 out = dict(zip(names, map(_DECIDED.__getitem__, codes.tolist())))  # type: ignore[arg-type]  # None: placeholder in order
                 names = [names[i] for i in np.flatnonzero((codes == PASS) | (codes == UNDECIDED)).tolist()]
+                if not (codes == UNDECIDED).any():
+                    demand = None  # every name left passed it already
         # the shortcuts in order, inline: this loop runs once per candidate node of every new pod shape
         info_of, by_state = self._info, self._by_state
         missing: list[tuple[NodeState, _NodeInfo]] = []

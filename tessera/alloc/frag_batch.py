@@ -161,6 +161,7 @@ class NodeVector:
     __slots__ = (
         "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
         "before_epoch", "before", "distinct", "no_placement", "uncapped", "free_cpu", "free_host_memory", "memo", "memo_epoch", "first",
+        "packed",
     )
 
     def __init__(self, node: NodeState) -> None:
@@ -196,6 +197,9 @@ class NodeVector:
             if (f, m) not in seen:
                 seen.add((f, m))
                 self.distinct.append((k, f, m))
+        # free milli, free memory and `first` in one array, made here (at the node's change) so
+        # that a batch stacks hundreds of nodes in C (`_stack`)
+        self.packed = np.array([*self.free_milli, *self.free_memory, *self.first], dtype=np.int64)
 
 
 _Pending = tuple[int, dict[int, Raw], int]  # (caller's position, memo, key)
@@ -263,12 +267,11 @@ class SimpleBatch:
         measure, pod, c = self._measure, self._pod, self._container
         vectors = [vector for _, vector in self._shares]
         n = len(vectors)
-        lengths = [len(v.free_milli) for v in vectors]
-        width = max(1, max(lengths))
-        free = _matrix([v.free_milli for v in vectors], lengths, width)
-        gpu_memory = _matrix([v.free_memory for v in vectors], lengths, width)
-        valid = np.arange(width) < np.array(lengths, dtype=np.int64)[:, None]
-        first = _matrix([v.first for v in vectors], lengths, width).astype(bool)
+        lengths = np.array([len(v.free_milli) for v in vectors], dtype=np.int64)
+        width = max(1, int(lengths.max()))
+        stacked = _stack([v.packed for v in vectors], lengths, width)
+        free, gpu_memory, first = stacked[:, 0, :], stacked[:, 1, :], stacked[:, 2, :].astype(bool)
+        valid = np.arange(width) < lengths[:, None]
         need_memory = c.gpu_memory_mib or 0
         rows, positions = np.nonzero(first & valid & (free >= c.gpu_milli) & (gpu_memory >= need_memory))
         items = len(rows)
@@ -305,12 +308,20 @@ class SimpleBatch:
             out.append((position, memo, key, (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))))
 
 
-def _matrix(rows: Sequence[Sequence[int]], lengths: Sequence[int], width: int) -> np.ndarray:
-    """`rows` as an int64 matrix of `width` columns, short rows padded with 0."""
-    if min(lengths, default=width) < width:
-        pad = [0] * width
-        rows = [[*row, *pad[len(row) :]] for row in rows]
-    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows) * width).reshape(len(rows), width)
+def _stack(packed: Sequence[np.ndarray], lengths: np.ndarray, width: int) -> np.ndarray:
+    """The `NodeVector.packed` arrays (free milli, free memory, first; `lengths` GPUs each) as
+    an (nodes x 3 x width) int64 array, short nodes padded with 0."""
+    n = len(packed)
+    flat = np.concatenate(packed) if n else np.zeros(0, dtype=np.int64)
+    if n and int(lengths.min()) == width:
+        return flat.reshape(n, 3, width)
+    out = np.zeros((n, 3, width), dtype=np.int64)
+    sizes = 3 * lengths
+    starts = np.cumsum(sizes) - sizes
+    at = np.arange(len(flat)) - np.repeat(starts, sizes)
+    gpus = np.repeat(lengths, sizes)
+    out[np.repeat(np.arange(n), sizes), at // np.maximum(gpus, 1), at % np.maximum(gpus, 1)] = flat
+    return out
 
 
 def _first_minimum(rows: np.ndarray, rounded: list[float], count: int) -> list[tuple[int, float] | None]:

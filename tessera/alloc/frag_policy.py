@@ -449,14 +449,46 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         )
 
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], vectors: Sequence[NodeVector]) -> list[Evaluation | FitFailure]:
-        if not self.settings.host_weight:
-            return super()._finish_many(nodes, pod, raws, vectors)
-        hosts = self._host.unfed_increase_many(
-            [v.free_total for v in vectors], [v.free_cpu for v in vectors], [v.free_host_memory for v in vectors],
-            pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib,
-        )
-        finish = self._finish
-        return [finish(node, pod, raw, host) for node, raw, host in zip(nodes, raws, hosts)]
+        """`_finish` of every node, with what depends only on the pod decided once and the host,
+        scarce and reservation terms computed over all nodes together; the same float
+        operations in the same order as `_finish` (so the same bits)."""
+        st = self.settings
+        if not st.sigmoid_bands or st.prefer_in_use:
+            return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
+        placed = [(i, raw) for i, raw in enumerate(raws) if not isinstance(raw, FitFailure)]
+        out: list[Evaluation | FitFailure] = list(raws)  # type: ignore[arg-type]  # the failures stay
+        if not placed:
+            return out
+        at = [nodes[i] for i, _ in placed]
+        choices = [raw[1] for _, raw in placed]
+        hosts: Sequence[float] = [0.0] * len(placed)
+        if st.host_weight:
+            chosen = [vectors[i] for i, _ in placed]
+            hosts = self._host.unfed_increase_many(
+                [v.free_total for v in chosen], [v.free_cpu for v in chosen], [v.free_host_memory for v in chosen],
+                pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib,
+            )
+        scarce: Sequence[float] = self._reserve.scarce_losses(at, pod, choices) if st.scarce_weight else [0.0] * len(placed)
+        reserved = bool(self._reserve.active)
+        penalties: Sequence[float] = self._reserve.penalties(at, pod, choices) if reserved else [0.0] * len(placed)
+        models = bool(st.model_weight and self._pressure)
+        host_weight, model_weight, scarce_weight, band_scale = st.host_weight, st.model_weight, st.scarce_weight, st.band_scale
+        lost_weight = band_scale + 1
+        idle_key = st.prefer_fewer_idle
+        size_preference, evaluation = st.node_size_preference, self._evaluation
+        for (i, (increase, choice, idle_after)), node, host, loss, penalty in zip(placed, at, hosts, scarce, penalties):
+            if host_weight:
+                increase += host_weight * host
+            if models:
+                increase += model_weight * self._model_cost(node, pod, choice)
+            if scarce_weight:
+                increase += scarce_weight * loss
+            banded = float(sigmoid_score(increase, band_scale))
+            if reserved:
+                banded -= lost_weight * penalty / MILLI_PER_GPU
+            fewer_idle = -float(idle_after) if idle_key else 0.0
+            out[i] = evaluation((float(banded), -float(size_preference * len(node.gpus)), 0.0, fewer_idle), choice)
+        return out
 
     def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw, host: float | None = None) -> Evaluation | FitFailure:
         """`host`: `_host_increase(node, pod)` when the caller computed it already."""

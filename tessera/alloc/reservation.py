@@ -41,6 +41,7 @@ last 128-core nodes that 8-GPU 120-core pods need.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.alloc.assign import Assignment
@@ -277,6 +278,37 @@ class Reservations:
             if all(g.idle for g in healthy) and node.used_cpu_milli == 0:
                 loss += len(healthy) * MILLI_PER_GPU  # a whole node of a scarce kind is broken
         return loss
+
+    def scarce_losses(self, nodes: Sequence[NodeState], pod: PodRequest, assignments: Sequence[Assignment]) -> list[float]:
+        """`[scarce_loss(node, pod, a) for node, a in zip(nodes, assignments)]`, with what does
+        not depend on the node decided once (a new shape meets hundreds of candidates)."""
+        if not pod.gpu_containers and not self.cpu_plenty:
+            return [0.0] * len(nodes)
+        if self._scarce_stale:
+            self._mark_scarce()
+        mask = self._scarce & ~self._rare if self._rare and not self._plenty() else self._scarce
+        able, scarce_nodes, lost = self._able, self._scarce_nodes, self._lost
+        out: list[float] = []
+        for node, assignment in zip(nodes, assignments):
+            held = able.get(node.name, 0) & mask
+            loss = lost(node, pod, assignment, held) if held else 0.0
+            if node.name in scarce_nodes:
+                healthy = [g for g in node.gpus if g.healthy]
+                if all(g.idle for g in healthy) and node.used_cpu_milli == 0:
+                    loss += len(healthy) * MILLI_PER_GPU
+            out.append(loss)
+        return out
+
+    def penalties(self, nodes: Sequence[NodeState], pod: PodRequest, assignments: Sequence[Assignment]) -> list[float]:
+        """`[penalty(node, pod, a) for node, a in zip(nodes, assignments)]`, as `scarce_losses`."""
+        if not pod.gpu_containers and not self.cpu_plenty:
+            return [0.0] * len(nodes)
+        active, able, lost = self.active, self._able, self._lost
+        out: list[float] = []
+        for node, assignment in zip(nodes, assignments):
+            held = able.get(node.name, 0) & active
+            out.append(lost(node, pod, assignment, held) if held else 0.0)
+        return out
 
     def _lost(self, node: NodeState, pod: PodRequest, assignment: Assignment, held: int) -> float:
         taken = {i for indices in assignment for i in indices}

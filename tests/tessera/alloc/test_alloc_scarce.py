@@ -203,3 +203,29 @@ def test_the_free_cpu_and_gpu_the_cpu_test_reads_match_the_nodes(seed: int) -> N
         reserve = cluster.policy()._reserve  # type: ignore[attr-defined]
         assert reserve._free_cpu == sum(n.free_cpu_milli for n in cluster.nodes.values())
         assert reserve._free_gpu == sum(g.free_milli for n in cluster.nodes.values() for g in n.gpus if g.healthy)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 1_000_000), horizon=st.sampled_from([0.0, 100.0, 4000.0]))
+def test_scores_of_many_nodes_at_once_equal_node_by_node(seed: int, horizon: float) -> None:
+    """`evaluate_many` decides the scarce and reservation terms once per pod (`scarce_losses`,
+    `penalties`); node by node, `evaluate` asks for each: the same keys and GPUs, bit for bit,
+    with reservations off, on, and scarce 128-core nodes broken or whole."""
+    rng = random.Random(seed)
+    count = rng.randrange(10, 30)
+    big = rng.choice([1, 2, count // 3])  # 1-2 128-core nodes of 10-29: the 120-core 8-GPU shape is scarce
+    nodes = [_eight(f"n{k}", 128 if k < big else 64) for k in range(count)]
+    cluster = Cluster(nodes, mix=WorkloadMix(prior=MIX))
+    policy = FragmentationAwarePolicy(MIX, FragAwareSettings(reserve_horizon_pods=horizon))
+    cluster.install_policy(policy)
+    for i in range(rng.randrange(0, 60)):
+        gpus = rng.choice([0, 1, 1, 1, 2])
+        pod = _sized(f"fill{i}", gpus, 1000 if gpus > 1 else rng.choice([250, 500, 1000]), rng.choice([4000, 8000, 30000]))
+        placement = cluster.schedule(pod)
+        if placement is not None:
+            cluster.reserve(pod, placement)
+    states = list(cluster.nodes.values())
+    for j in range(4):
+        gpus = rng.choice([0, 1, 1, 8])
+        probe = _sized(f"probe{j}", gpus, 1000 if gpus > 1 else rng.choice([100, 400, 1000]), rng.choice([2000, 16000, 120000]))
+        assert policy.evaluate_many(states, probe) == [policy.evaluate(node, probe) for node in states]
