@@ -127,7 +127,8 @@ class EvaluationCache:
                     demand = None  # every name left passed it already
         # the shortcuts in order, inline: this loop runs once per candidate node of every new pod shape
         info_of, by_state = self._info, self._by_state
-        missing: list[tuple[NodeState, _NodeInfo]] = []
+        missing: list[NodeState] = []  # and their infos: parallel lists, no tuple per node
+        missing_info: list[_NodeInfo] = []
         for name in names:
             node = nodes.get(name)
             if node is None:
@@ -153,11 +154,12 @@ class EvaluationCache:
                 self._remember(info, key, shared)
                 continue
             out[name] = None  # type: ignore[assignment]  # placeholder: keeps the order of `names`
-            missing.append((node, info))
+            missing.append(node)
+            missing_info.append(info)
         if missing:
             # one evaluation per state, as the by-state cache gives one by one
             todo: dict[int, NodeState] = {}
-            for node, info in missing:
+            for node, info in zip(missing, missing_info):
                 todo.setdefault(info.state, node)
             batch = getattr(impl, "evaluate_many", None)
             nodes_todo = list(todo.values())
@@ -167,10 +169,12 @@ class EvaluationCache:
             answers = dict(zip(todo, results))
             for state, result in answers.items():
                 by_state[key << 40 | state] = result
-            remember = self._remember
-            for node, info in missing:
+            for node, info in zip(missing, missing_info):
                 result = answers[info.state]
-                remember(info, key, result)
+                results_of = info.results
+                if len(results_of) >= _PER_NODE_LIMIT:
+                    results_of.clear()
+                results_of[key] = result  # `_remember`, inline: once per node of a new shape
                 out[node.name] = result
         return out
 

@@ -223,7 +223,12 @@ class SimpleBatch:
         self._batch = VectorBatch()
         # whole-GPU pod: (pending, vector, item of `before` or -1, the item: the GPUs it takes)
         self._whole: list[tuple[_Pending, NodeVector, int, int, tuple[int, ...]]] = []
-        self._shares: list[tuple[_Pending, NodeVector]] = []
+        # share pod: one entry per node in each list (parallel lists, not a tuple per node: at
+        # hundreds of nodes each tracked tuple more adds to the young collections in a request)
+        self._positions: list[int] = []
+        self._memos: list[dict[int, Raw]] = []
+        self._keys: list[int] = []
+        self._vectors: list[NodeVector] = []
         self._failed: list[_Pending] = []
 
     def add(self, position: int, vector: NodeVector, memo: dict[int, Raw], key: int) -> None:
@@ -231,7 +236,10 @@ class SimpleBatch:
         result goes into `memo[key]` too."""
         c, pod = self._container, self._pod
         if not c.whole:
-            self._shares.append(((position, memo, key), vector))
+            self._positions.append(position)
+            self._memos.append(memo)
+            self._keys.append(key)
+            self._vectors.append(vector)
             return
         positions = [k for k, is_idle in enumerate(vector.idle) if is_idle][: c.gpu_count]
         if len(positions) < c.gpu_count:
@@ -245,11 +253,10 @@ class SimpleBatch:
             before = batch.item(base, vector.models, vector.free_cpu, vector.free_host_memory)
         self._whole.append(((position, memo, key), vector, before, item, tuple(vector.indices[k] for k in positions)))
 
-    def finish(self) -> list[tuple[int, dict[int, Raw], int, Raw]]:
-        """(position, memo, key, result) for every node added."""
-        out: list[tuple[int, dict[int, Raw], int, Raw]] = [
-            (position, memo, key, FitFailure.GPU) for position, memo, key in self._failed
-        ]
+    def finish(self, results: list[Raw | None]) -> None:
+        """The result of every node added: into `results[position]` and its memo."""
+        for position, memo, key in self._failed:
+            results[position] = memo[key] = FitFailure.GPU
         epoch = self._measure.epoch
         if self._whole:
             values = self._batch.values(self._measure)
@@ -258,14 +265,13 @@ class SimpleBatch:
                 if before_item >= 0:
                     vector.before = values[before_item]
                     vector.before_epoch = epoch
-                out.append((position, memo, key, (values[item] - vector.before, (taken,), vector.idle_count - count)))
-        if self._shares:
-            self._finish_shares(out)
-        return out
+                results[position] = memo[key] = (values[item] - vector.before, (taken,), vector.idle_count - count)
+        if self._vectors:
+            self._finish_shares(results)
 
-    def _finish_shares(self, out: list[tuple[int, dict[int, Raw], int, Raw]]) -> None:
+    def _finish_shares(self, results: list[Raw | None]) -> None:
         measure, pod, c = self._measure, self._pod, self._container
-        vectors = [vector for _, vector in self._shares]
+        vectors = self._vectors
         n = len(vectors)
         lengths = np.array([len(v.free_milli) for v in vectors], dtype=np.int64)
         width = max(1, int(lengths.max()))
@@ -298,14 +304,13 @@ class SimpleBatch:
             vectors[i].before_epoch = measure.epoch
         chosen = _first_minimum(rows, [round(value, 6) for value in values[:items]], n)
         position_of = positions.tolist()
-        for (pending, vector), pick in zip(self._shares, chosen):
-            position, memo, key = pending
+        for position, memo, key, vector, pick in zip(self._positions, self._memos, self._keys, vectors, chosen):
             if pick is None:
-                out.append((position, memo, key, FitFailure.GPU))
+                results[position] = memo[key] = FitFailure.GPU
                 continue
             item, best = pick
             k = position_of[item]
-            out.append((position, memo, key, (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))))
+            results[position] = memo[key] = (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))
 
 
 def _stack(packed: Sequence[np.ndarray], lengths: np.ndarray, width: int) -> np.ndarray:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import cast
 from collections.abc import Sequence
 
 from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
@@ -45,6 +46,7 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
 
 
 _Raw = Raw
+_Placed = tuple[float, Assignment, int]  # a `Raw` that is not a failure
 _FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
 # nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms)
 _BATCH_MIN = 8
@@ -155,8 +157,8 @@ class _FragPolicyBase(ABC):
                     raw = results[key] = self._evaluate(node, pod)
             raws.append(raw)
             vectors.append(vector)
-        for position, results, key, raw in pending.finish() if pending is not None else ():
-            raws[position] = results[key] = raw
+        if pending is not None:
+            pending.finish(raws)
         return self._finish_many(nodes, pod, raws, vectors)  # type: ignore[arg-type]
 
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], vectors: Sequence[NodeVector]) -> list[Evaluation | FitFailure]:
@@ -455,15 +457,15 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         st = self.settings
         if not st.sigmoid_bands or st.prefer_in_use:
             return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
-        placed = [(i, raw) for i, raw in enumerate(raws) if not isinstance(raw, FitFailure)]
+        placed = [i for i, raw in enumerate(raws) if raw.__class__ is not FitFailure]
         out: list[Evaluation | FitFailure] = list(raws)  # type: ignore[arg-type]  # the failures stay
         if not placed:
             return out
-        at = [nodes[i] for i, _ in placed]
-        choices = [raw[1] for _, raw in placed]
+        at = [nodes[i] for i in placed]
+        choices = [cast(_Placed, raws[i])[1] for i in placed]
         hosts: Sequence[float] = [0.0] * len(placed)
         if st.host_weight:
-            chosen = [vectors[i] for i, _ in placed]
+            chosen = [vectors[i] for i in placed]
             hosts = self._host.unfed_increase_many(
                 [v.free_total for v in chosen], [v.free_cpu for v in chosen], [v.free_host_memory for v in chosen],
                 pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib,
@@ -476,7 +478,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         lost_weight = band_scale + 1
         idle_key = st.prefer_fewer_idle
         size_preference, evaluation = st.node_size_preference, self._evaluation
-        for (i, (increase, choice, idle_after)), node, host, loss, penalty in zip(placed, at, hosts, scarce, penalties):
+        for i, node, host, loss, penalty in zip(placed, at, hosts, scarce, penalties):
+            increase, choice, idle_after = cast(_Placed, raws[i])
             if host_weight:
                 increase += host_weight * host
             if models:
