@@ -48,7 +48,9 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
 _Raw = Raw
 _Placed = tuple[float, Assignment, int]  # a `Raw` that is not a failure
 _FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
-# nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms)
+# nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms): a
+# whole-GPU pod's scalar evaluation of a node it has not seen is 100-200 us (the measure's memo
+# misses), so at 1,213 nodes the 10-20 fresh fits of a new whole-GPU shape cost 2-3 ms one by one
 _BATCH_MIN = 8
 _KEY_LIMIT = 65_536  # interned memo keys and score keys per policy before a reset
 
