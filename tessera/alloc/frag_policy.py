@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import cast
 from collections.abc import Sequence
+from typing import cast
 
 from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
 from tessera.alloc.frag_batch import NodeVector, Raw, SimpleBatch
