@@ -19,6 +19,8 @@ time as kube-scheduler's scheduling cycle sends them (NodeNames, nodeCacheCapabl
     5,000 and 10,000) and sends only those to the extender; here a window of that many node
     names, moved on by its length each pod as kube-scheduler's nextStartNodeIndex is;
   - `all`: every node a candidate (a percentageOfNodesToScore of 100): the worst case;
+  `--slowest N` lists the N slowest probes of each with their pod shape and feasible-node count
+  (a tail of one kind of pod points at its evaluation path);
 - `--binds` pods filtered, then bound by `--threads` client threads at once, each to a different
   feasible node where there are enough: successful binds per second (refusals, a pod decided
   for a node an earlier one filled, are counted apart);
