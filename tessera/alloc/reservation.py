@@ -196,10 +196,7 @@ class Reservations:
     def penalty(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
         """Milli-GPUs of reserved shapes this placement leaves the node unable to host (summed
         over the shapes it loses)."""
-        if not pod.gpu_containers and not self.cpu_plenty:
-            return 0.0  # FragAwareSettings.reserve_cpu_only off, or CPU is short
-        held = self._able.get(node.name, 0) & self.active
-        return self._lost(node, pod, assignment, held) if held else 0.0
+        return self.penalties((node,), pod, (assignment,))[0]
 
     def _mask(self, idle: dict[str, int], free_cpu: int, free_memory: int) -> int:
         mask = 0
@@ -265,23 +262,11 @@ class Reservations:
     def scarce_loss(self, node: NodeState, pod: PodRequest, assignment: Assignment) -> float:
         """Milli-GPUs of scarce shapes (few nodes can ever host them) this placement leaves the
         node unable to host, reserved or not. Pods without GPUs only while `cpu_plenty`."""
-        if not pod.gpu_containers and not self.cpu_plenty:
-            return 0.0
-        if self._scarce_stale:
-            self._mark_scarce()
-        held = self._able.get(node.name, 0) & self._scarce
-        if self._rare and not self._plenty():
-            held &= ~self._rare
-        loss = self._lost(node, pod, assignment, held) if held else 0.0
-        if node.name in self._scarce_nodes:
-            healthy = [g for g in node.gpus if g.healthy]
-            if all(g.idle for g in healthy) and node.used_cpu_milli == 0:
-                loss += len(healthy) * MILLI_PER_GPU  # a whole node of a scarce kind is broken
-        return loss
+        return self.scarce_losses((node,), pod, (assignment,))[0]
 
     def scarce_losses(self, nodes: Sequence[NodeState], pod: PodRequest, assignments: Sequence[Assignment]) -> list[float]:
-        """`[scarce_loss(node, pod, a) for node, a in zip(nodes, assignments)]`, with what does
-        not depend on the node decided once (a new shape meets hundreds of candidates)."""
+        """`scarce_loss` of each (node, assignment), with what does not depend on the node
+        decided once (a new shape meets hundreds of candidates)."""
         if not pod.gpu_containers and not self.cpu_plenty:
             return [0.0] * len(nodes)
         if self._scarce_stale:
@@ -295,14 +280,14 @@ class Reservations:
             if node.name in scarce_nodes:
                 healthy = [g for g in node.gpus if g.healthy]
                 if all(g.idle for g in healthy) and node.used_cpu_milli == 0:
-                    loss += len(healthy) * MILLI_PER_GPU
+                    loss += len(healthy) * MILLI_PER_GPU  # a whole node of a scarce kind is broken
             out.append(loss)
         return out
 
     def penalties(self, nodes: Sequence[NodeState], pod: PodRequest, assignments: Sequence[Assignment]) -> list[float]:
-        """`[penalty(node, pod, a) for node, a in zip(nodes, assignments)]`, as `scarce_losses`."""
+        """`penalty` of each (node, assignment), as `scarce_losses`."""
         if not pod.gpu_containers and not self.cpu_plenty:
-            return [0.0] * len(nodes)
+            return [0.0] * len(nodes)  # FragAwareSettings.reserve_cpu_only off, or CPU is short
         active, able, lost = self.active, self._able, self._lost
         out: list[float] = []
         for node, assignment in zip(nodes, assignments):
