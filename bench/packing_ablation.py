@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tessera.alloc import Cluster, PlacementPolicy, WorkloadMix, static_snapshot  # noqa: E402
-from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy  # noqa: E402
+from tessera.alloc.frag_policy import FragmentationAwarePolicy  # noqa: E402
+from tessera.alloc.frag_settings import FragAwareSettings  # noqa: E402
 from tessera.alloc.workload import MixSettings  # noqa: E402
 from tessera.sim.replay import Order, ReplaySettings, arrival_order  # noqa: E402
 from tessera.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402

@@ -16,7 +16,8 @@ from tessera.alloc import (
     extender_scores,
     static_snapshot,
 )
-from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy
+from tessera.alloc.frag_policy import FragmentationAwarePolicy
+from tessera.alloc.frag_settings import FragAwareSettings
 from tessera.model.contract import LABEL_GPU_PLACEMENT, AppClass
 
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.alloc import Cluster, ContainerRequest, GpuState, NodeState, PodRequest, PodUid, WorkloadMix, static_snapshot
-from tessera.alloc.frag_policy import FragAwareSettings, FragmentationAwarePolicy
+from tessera.alloc.frag_policy import FragmentationAwarePolicy
+from tessera.alloc.frag_settings import FragAwareSettings
 from tessera.alloc.workload import MixSettings
 
 
