@@ -159,6 +159,33 @@ class CgroupLocator:
             out.extend(int(tok) for tok in text.split() if tok.isdigit())
         return out
 
+    def cpu_usage_usec(self, cgroup_dir: Path) -> int | None:
+        """Cumulative CPU time of the cgroup and its descendants, in microseconds; None when it
+        cannot be read. v2: `usage_usec` of `cpu.stat` (present in every non-root cgroup, with or
+        without the cpu controller); v1: `cpuacct.usage` (nanoseconds) of the same path below the
+        cpuacct mount (`cpu,cpuacct` or `cpuacct`)."""
+        if self.version is CgroupVersion.V2:
+            try:
+                text = (cgroup_dir / "cpu.stat").read_text()
+            except OSError:
+                return None
+            for line in text.splitlines():
+                name, _, value = line.partition(" ")
+                if name == "usage_usec" and value.strip().isdigit():
+                    return int(value)
+            return None
+        try:
+            relative = cgroup_dir.relative_to(self.hierarchy)
+        except ValueError:
+            return None
+        for mount in ("cpu,cpuacct", "cpuacct"):
+            try:
+                value = (self.root / mount / relative / "cpuacct.usage").read_text().strip()
+            except OSError:
+                continue
+            return int(value) // 1000 if value.isdigit() else None
+        return None
+
     def process_cgroup(self, pid: int) -> ProcessCgroup | None:
         try:
             return parse_proc_cgroup((self.proc_root / str(pid) / "cgroup").read_text())

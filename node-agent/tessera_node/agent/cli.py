@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -43,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-host", default=DEFAULTS.metrics_host, help=f"metrics listen address (default {DEFAULTS.metrics_host})")
     parser.add_argument("--metrics-port", type=_port, default=DEFAULTS.metrics_port, help=f"metrics port, 0 = any free port (default {DEFAULTS.metrics_port})")
     parser.add_argument("--poll-interval", type=float, default=DEFAULTS.poll_interval_s, help=f"seconds between GPU samples (default {DEFAULTS.poll_interval_s})")
+    parser.add_argument("--online-wake-cpu", type=_cpu_percent, default=DEFAULTS.online_wake.cpu_pct, metavar="PERCENT",
+                        help="pause offline work when an online container's CPU use over one tick reaches this percent of a core, "
+                             f"before NVML sees its GPU work; 0 = NVML alone (default {DEFAULTS.online_wake.cpu_pct:g})")
     parser.add_argument("--lease-ttl", type=float, default=DEFAULTS.lease_ttl_s, help=f"freeze lease lifetime in seconds (default {DEFAULTS.lease_ttl_s})")
     parser.add_argument("--lease-guard", action="store_true", help="run only the lease guard: thaw cgroups whose freeze lease expired")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
@@ -66,6 +70,16 @@ def _port(text: str) -> int:
     return port
 
 
+def _cpu_percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percent of one core: use 0..100 (0 turns the CPU wake signal off)")
+    return value
+
+
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     base = PoolPolicy()
     policy = PoolPolicy(
@@ -82,6 +96,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         cgroup_root=args.cgroup_root,
         proc_root=args.proc_root,
         poll_interval_s=args.poll_interval,
+        online_wake=replace(DEFAULTS.online_wake, cpu_pct=args.online_wake_cpu),
         lease_ttl_s=args.lease_ttl,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,

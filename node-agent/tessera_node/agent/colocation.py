@@ -9,7 +9,11 @@ container that spans several GPUs is frozen while any of them demands it.
 No I/O here: `ColocationController.step` takes the registry snapshot and the set of GPUs with
 active online work and returns a plan; the loop applies it through the freezer. The invariant the
 property tests check: a container is never left frozen unless an online container registered on
-one of its GPUs was active within that container's resume window.
+one of its GPUs was active within that container's resume window, or is waking now.
+
+`waking` (from `wake.OnlineWakeDetector`): online containers whose CPU just woke and which NVML
+has not confirmed yet. They make their GPUs hot for this step only: a wake that NVML never
+confirms leaves no resume window behind, so the offline work resumes as soon as it ends.
 """
 from __future__ import annotations
 
@@ -61,8 +65,10 @@ class ColocationController:
         now: float,
         containers: RegistryView | Iterable[RegisteredContainer],
         active_online: Mapping[str, Iterable[ContainerKey]],
+        waking: Mapping[str, Iterable[ContainerKey]] | None = None,
     ) -> ColocationPlan:
-        """`active_online`: GPU uuid -> keys of online containers active on it in this sample."""
+        """`active_online`: GPU uuid -> keys of online containers active on it in this sample;
+        `waking`: GPU uuid -> keys of online containers waking (CPU), not yet seen by NVML."""
         view = RegistryView.of(containers)
         active_names: dict[str, tuple[str, ...]] = {}
         for uuid, keys in active_online.items():
@@ -70,13 +76,19 @@ class ColocationController:
             if live:
                 self.last_online_active[uuid] = now
                 active_names[uuid] = tuple(f"{c.namespace}/{c.pod_name}/{c.container}" for c in live)
+        woken: set[str] = set()
+        for uuid, keys in (waking or {}).items():
+            live = [view.records[k] for k in keys if k in view.online_keys]
+            if live:
+                woken.add(uuid)
+                active_names.setdefault(uuid, tuple(f"{c.namespace}/{c.pod_name}/{c.container} (waking)" for c in live))
         # A GPU without online containers has nothing to protect: forget its history.
         for uuid in [u for u in self.last_online_active if u not in view.online_on_gpu]:
             del self.last_online_active[uuid]
 
         # The decision depends only on the registry and on which GPUs are "hot" for each resume
         # window; when neither changed there is nothing to do (the common tick).
-        signature = tuple((idle, self._hot(now, idle)) for idle in view.offline_idle_values)
+        signature = tuple((idle, self._hot(now, idle) | woken) for idle in view.offline_idle_values)
         if view is self._view and signature == self._signature and not (self.frozen.keys() - view.records.keys()):
             return ColocationPlan()
         self._view, self._signature = view, signature
@@ -92,7 +104,7 @@ class ColocationController:
                 freeze.append(FreezeOrder(c, cause, active_names.get(cause, ())))
                 self.frozen[key] = now
             elif cause is None and key in self.frozen:
-                thaw.append(ThawOrder(key, c, self._thaw_reason(c)))
+                thaw.append(ThawOrder(key, c, self._thaw_reason(c, view)))
                 del self.frozen[key]
         for key in [k for k in self.frozen if k not in view.records or not may_pause_for_online(view.records[k])]:
             thaw.append(ThawOrder(key, view.records.get(key), "container left the registry or its pool stopped co-location"))
@@ -108,7 +120,9 @@ class ColocationController:
         """GPUs whose online work was active now or within `idle_s`."""
         return frozenset(u for u, last in self.last_online_active.items() if last == now or now - last < idle_s)
 
-    def _thaw_reason(self, c: RegisteredContainer) -> str:
+    def _thaw_reason(self, c: RegisteredContainer, view: RegistryView) -> str:
         if any(u in self.last_online_active for u in c.gpu_uuids):
             return f"online work idle for {c.policy.offline_resume_idle_s:g}s"
+        if any(u in view.online_on_gpu for u in c.gpu_uuids):
+            return "the online container's CPU woke but no GPU work followed"
         return "no online container left on its GPU"

@@ -1,7 +1,8 @@
 """A builder for fake cgroup and /proc trees on disk, for tests, `--simulate` runs and benchmarks.
 
 The tree has the exact file names the kernel exposes (`cgroup.procs`, `cgroup.freeze`,
-`cgroup.events`, `freezer.state`) so the agent runs unchanged against it. Files are plain files,
+`cgroup.events`, `freezer.state`, v2 `cpu.stat`, v1 `cpuacct.usage`) so the agent runs unchanged
+against it. Files are plain files,
 so the kernel's reaction to a freeze request is emulated by `settle()` (v2 `cgroup.events`
 follows `cgroup.freeze`); v1 `freezer.state` reads back what was written, as FROZEN/THAWED.
 """
@@ -95,7 +96,26 @@ class CgroupTreeBuilder:
                 (path / "cgroup.events").write_text("populated 1\nfrozen 0\n")
             else:
                 (path / "freezer.state").write_text("THAWED\n")
+            self.set_cpu_usage(path, 0)
             self._cgroups.append(path)
+
+    def set_cpu_usage(self, path: Path, usage_usec: int) -> None:
+        """The cgroup's cumulative CPU time, where the kernel publishes it."""
+        if self.version is CgroupVersion.V2:
+            (path / "cpu.stat").write_text(f"usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\n")
+            return
+        accounting = self.cgroup_root / "cpu,cpuacct" / path.relative_to(self._hierarchy())
+        accounting.mkdir(parents=True, exist_ok=True)
+        (accounting / "cpuacct.usage").write_text(f"{usage_usec * 1000}\n")
+
+    def add_cpu_usage(self, path: Path, usec: int) -> None:
+        self.set_cpu_usage(path, self.cpu_usage(path) + usec)
+
+    def cpu_usage(self, path: Path) -> int:
+        usage = self.locator().cpu_usage_usec(path)
+        if usage is None:
+            raise FileNotFoundError(f"no CPU accounting for {path}")
+        return usage
 
     def settle(self) -> None:
         """Emulate the kernel finishing pending freezes/thaws (v2 only; v1 reads back at once)."""

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.attribution import Attribution, ProcessAttributor
@@ -40,6 +41,7 @@ from tessera_node.agent.registry import (
     containers_from_pods,
 )
 from tessera_node.agent.settings import AgentSettings
+from tessera_node.agent.wake import OnlineWakeDetector
 from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
 from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, GpuInfo, ProcessSample
 
@@ -79,6 +81,7 @@ class Agent:
         self.leases = LeaseBook(settings.state_dir)
         self.pauses = PauseManager(deps.locator, self.freezer, self.leases, settings.lease_ttl_s, settings.freeze_confirm_timeout_s)
         self.colocation = ColocationController()
+        self.wake = OnlineWakeDetector(settings.online_wake)
         self.burst = BurstController()
         self.memory = MemoryGuard(grace_mib=settings.memory_grace_mib)
         self.attributor = ProcessAttributor(deps.locator)
@@ -97,6 +100,7 @@ class Agent:
         self._samples: list[ProcessSample] = []
         self._last_throttled: set[ContainerKey] = set()
         self._last_applied_view: RegistryView | None = None
+        self._watched: tuple[RegistryView | None, dict[ContainerKey, tuple[Path, tuple[str, ...]]]] = (None, {})
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> list[str]:
@@ -189,7 +193,8 @@ class Agent:
                     active_online.setdefault(uuid_of[sample.gpu], []).append(owner)
                 elif owner in burst:
                     active_burst.append((owner, uuid_of[sample.gpu]))
-        plan = self.colocation.step(now, view, active_online)
+        waking = self._online_waking(now, view, active_online) if view.colocated_offline else {}
+        plan = self.colocation.step(now, view, active_online, waking)
         throttled = self.burst.step(now, view, active_burst)
         applied_at = now
         if not plan.empty or throttled != self._last_throttled or view is not self._last_applied_view:
@@ -217,7 +222,39 @@ class Agent:
             self.slow_tick()
         self.counters.tick_seconds += time.perf_counter() - started
 
+    def _online_waking(self, now: float, view: RegistryView, active_online: dict[str, list[ContainerKey]]) -> dict[str, list[ContainerKey]]:
+        """GPU uuid -> online containers whose CPU woke and NVML has not confirmed (`wake.py`)."""
+        if not self.settings.online_wake.enabled:
+            return {}
+        watched = self._watched_online(view)
+        usage = {key: self.deps.locator.cpu_usage_usec(cgroup) for key, (cgroup, _) in watched.items()}
+        confirmed = {key for keys in active_online.values() for key in keys}
+        out: dict[str, list[ContainerKey]] = {}
+        for key in self.wake.observe(now, usage, confirmed):
+            for uuid in watched[key][1]:
+                out.setdefault(uuid, []).append(key)
+        return out
+
+    def _watched_online(self, view: RegistryView) -> dict[ContainerKey, tuple[Path, tuple[str, ...]]]:
+        """Online containers sharing a GPU with pausable offline work, with their cgroups and those
+        GPUs; found once per registry change (a container without a known id is not watched)."""
+        if self._watched[0] is view:
+            return self._watched[1]
+        offline_gpus = {u for c in view.colocated_offline for u in c.gpu_uuids}
+        watched: dict[ContainerKey, tuple[Path, tuple[str, ...]]] = {}
+        for key in view.online_keys:
+            c = view.records[key]
+            shared = tuple(u for u in c.gpu_uuids if u in offline_gpus)
+            if not shared or c.container_id is None:
+                continue
+            cgroup = self.deps.locator.container_dir(c.pod_uid, c.container_id)
+            if cgroup is not None:
+                watched[key] = (cgroup, shared)
+        self._watched = (view, watched)
+        return watched
+
     def slow_tick(self) -> None:
+        self._watched = (None, {})  # find cgroups of online containers that were not there yet
         containers = self.containers()
         attribution = self.attributor.attribute(self._samples, self._gpus, containers)
         refreshed = False
@@ -367,4 +404,5 @@ class Agent:
         return AgentView(
             tuple(rows), gpus, self.counters.ticks, self.counters.tick_seconds, self.events.failures,
             ambiguous_processes=len(self._attribution.ambiguous_pids()), pause_latency=self.counters.pause_latency,
+            online_wakes=(("wake", self.wake.counts.wakes), ("confirmed", self.wake.counts.confirmed), ("unconfirmed", self.wake.counts.unconfirmed)),
         )

@@ -94,6 +94,7 @@ class AgentView:
     tick_seconds_total: float = 0.0
     event_failures: int = 0
     ambiguous_processes: int = 0  # GPU processes no single container can be named for yet
+    online_wakes: tuple[tuple[str, int], ...] = (("wake", 0), ("confirmed", 0), ("unconfirmed", 0))
     pause_latency: LatencyCounts = field(default_factory=LatencyCounts)
 
 
@@ -158,7 +159,7 @@ GPU_METRICS: Final[tuple[tuple[MetricSpec, _GpuValue], ...]] = (
     (m.GPU_MPS_DAEMON_RESTARTS, lambda g: g.mps_restarts),
 )
 
-TICKS, TICK_SECONDS, EVENT_FAILURES, AMBIGUOUS, PAUSE_SECONDS = m.TICKS, m.TICK_SECONDS, m.EVENT_FAILURES, m.AMBIGUOUS, m.PAUSE_SECONDS
+TICKS, TICK_SECONDS, EVENT_FAILURES, AMBIGUOUS, ONLINE_WAKES, PAUSE_SECONDS = m.TICKS, m.TICK_SECONDS, m.EVENT_FAILURES, m.AMBIGUOUS, m.ONLINE_WAKES, m.PAUSE_SECONDS
 METRICS: Final = m.METRICS
 
 def _family(spec: MetricSpec) -> Any:
@@ -181,6 +182,10 @@ class AgentCollector:
             family = _family(spec)
             family.add_metric([], value)
             yield family
+        wakes = _family(ONLINE_WAKES)
+        for outcome, count in v.online_wakes:
+            wakes.add_metric([outcome], count)
+        yield wakes
         pauses = HistogramMetricFamily(PAUSE_SECONDS.name, PAUSE_SECONDS.help)
         pauses.add_metric([], v.pause_latency.cumulative(), v.pause_latency.total_seconds)
         yield pauses

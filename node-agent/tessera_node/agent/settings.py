@@ -7,6 +7,7 @@ from pathlib import Path
 from tessera.model.contract import MPS_ROOT
 from tessera_node.agent.cgroups import DEFAULT_CGROUP_ROOT, DEFAULT_PROC_ROOT
 from tessera_node.agent.registry import PoolPolicy
+from tessera_node.agent.wake import WakeSettings
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class AgentSettings:
     """SM utilisation (percent of the GPU) above which an online container counts as active.
     Default 5: an idle CUDA process reports 0; a serving process handling requests reports far
     more; 5 ignores sampling noise without missing small requests."""
+
+    online_wake: WakeSettings = field(default_factory=WakeSettings)
+    """Pause offline work when an online container's CPU wakes, before NVML sees its GPU work
+    (`wake.py`: why, and the confirm/mute rule). Default on at 25 % of a core; `--online-wake-cpu 0`
+    leaves co-location to NVML alone."""
 
     lease_ttl_s: float = 10.0
     """Freeze lease lifetime. Default 10 s: a hung or killed agent releases offline work within

@@ -39,6 +39,7 @@ TICKS: Final = MetricSpec("tessera_agent_ticks", "counter", "Control loop iterat
 TICK_SECONDS: Final = MetricSpec("tessera_agent_tick_seconds", "counter", "CPU-wall time spent inside control loop iterations")
 EVENT_FAILURES: Final = MetricSpec("tessera_agent_event_post_failures", "counter", "Kubernetes events that could not be posted")
 AMBIGUOUS: Final = MetricSpec("tessera_agent_ambiguous_gpu_processes", "gauge", "GPU processes that could belong to several containers of their pod (container ids not known yet)")
+ONLINE_WAKES: Final = MetricSpec("tessera_agent_online_wakes", "counter", "Online containers whose CPU woke next to pausable offline work, by outcome: wake (offline paused before NVML saw GPU work), confirmed (NVML then saw it), unconfirmed (it did not; the CPU signal is muted a while)", ("outcome",))
 PAUSE_SECONDS: Final = MetricSpec(
     "tessera_agent_offline_pause_seconds",
     "histogram",
@@ -47,4 +48,4 @@ PAUSE_SECONDS: Final = MetricSpec(
 
 CONTAINER: Final = (CONTAINER_GPU_MEMORY_USED_BYTES, CONTAINER_GPU_MEMORY_LIMIT_BYTES, CONTAINER_GPU_CORE_ALLOCATED_PERCENT, CONTAINER_GPU_UTILIZATION_PERCENT, CONTAINER_GPU_ATTRIBUTION_PENDING, CONTAINER_FROZEN, CONTAINER_FROZEN_SECONDS, CONTAINER_FREEZES, CONTAINER_THROTTLE_EVENTS, CONTAINER_GPU_MEMORY_KILLS, CONTAINER_GPU_MEMORY_WARNINGS)
 GPU: Final = (GPU_CORE_ALLOCATED_PERCENT, GPU_MEMORY_ALLOCATED_BYTES, GPU_MEMORY_TOTAL_BYTES, GPU_MEMORY_USED_BYTES, GPU_UTILIZATION_PERCENT, GPU_HEALTHY, GPU_XID_ERRORS, GPU_MPS_DAEMON_RUNNING, GPU_MPS_DAEMON_RESTARTS)
-METRICS: Final = (*CONTAINER, *GPU, TICKS, TICK_SECONDS, EVENT_FAILURES, AMBIGUOUS, PAUSE_SECONDS)
+METRICS: Final = (*CONTAINER, *GPU, TICKS, TICK_SECONDS, EVENT_FAILURES, AMBIGUOUS, ONLINE_WAKES, PAUSE_SECONDS)

@@ -117,6 +117,7 @@ class ColocationMachine(RuleBasedStateMachine):
         self.containers: dict[ContainerKey, RegisteredContainer] = {}
         self.now = 0.0
         self.last_active: dict[str, float] = {}  # model: GPU -> last time a registered online container was active
+        self.waking_now: set[str] = set()  # model: GPUs with an online container waking (CPU) at this step
         self.counter = 0
 
     @rule(app=st.sampled_from([AppClass.ONLINE, AppClass.OFFLINE]), gpus=st.sets(st.sampled_from(GPUS), min_size=1))
@@ -148,6 +149,18 @@ class ColocationMachine(RuleBasedStateMachine):
             active[uuid] = [c.key]
         self._step(active)
 
+    @rule(data=st.data(), dt=st.floats(0.01, 1.5))
+    def online_waking(self, data: st.DataObject, dt: float) -> None:
+        """An online container's CPU woke; NVML has not seen it yet."""
+        self.now += dt
+        online = [c for c in self.containers.values() if c.app_class is AppClass.ONLINE]
+        waking: dict[str, list[ContainerKey]] = {}
+        if online:
+            c = data.draw(st.sampled_from(sorted(online, key=lambda x: str(x.key))))
+            for uuid in c.gpu_uuids:
+                waking.setdefault(uuid, []).append(c.key)
+        self._step({}, waking)
+
     @rule(dt=st.floats(0.01, 1.5))
     def idle(self, dt: float) -> None:
         self.now += dt
@@ -161,14 +174,17 @@ class ColocationMachine(RuleBasedStateMachine):
             self.containers[c.key] = replace(c, policy=PoolPolicy(online_offline=False))
         self._step({})
 
-    def _step(self, active: dict[str, list[ContainerKey]]) -> None:
+    def _step(self, active: dict[str, list[ContainerKey]], waking: dict[str, list[ContainerKey]] | None = None) -> None:
         for uuid in active:
             self.last_active[uuid] = self.now
-        self.ctl.step(self.now, list(self.containers.values()), active)
+        self.waking_now = set(waking or {})
+        self.ctl.step(self.now, list(self.containers.values()), active, waking)
 
     def _recent_online(self, c: RegisteredContainer) -> bool:
         for uuid in c.gpu_uuids:
             has_online = any(o.app_class is AppClass.ONLINE and uuid in o.gpu_uuids for o in self.containers.values())
+            if has_online and uuid in self.waking_now:
+                return True  # a wake holds offline work for the step it is reported in, no longer
             last = self.last_active.get(uuid)
             if has_online and last is not None and self.now - last < IDLE_S + 1e-9:
                 return True
@@ -186,6 +202,8 @@ class ColocationMachine(RuleBasedStateMachine):
     def offline_next_to_active_online_is_frozen(self) -> None:
         for c in self.containers.values():
             if c.app_class is AppClass.OFFLINE and c.policy.online_offline:
+                if any(u in self.waking_now for u in c.gpu_uuids):
+                    assert c.key in self.ctl.frozen, "an online container waking on its GPU must pause it at once"
                 if any(self.last_active.get(u) == self.now and any(o.app_class is AppClass.ONLINE and u in o.gpu_uuids for o in self.containers.values()) for u in c.gpu_uuids):
                     assert c.key in self.ctl.frozen
 
