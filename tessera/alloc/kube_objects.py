@@ -89,7 +89,7 @@ def node_state_from_k8s(node: Mapping[str, Any], *, track_host_resources: bool =
         reported = [NodeGpu.from_json(g) for g in json.loads(raw)]
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidRequest(f"node {meta.get('name')}: bad {ANNOTATION_NODE_GPUS} annotation: {exc}") from None
-    gpus = [GpuState(g.index, g.uuid, g.model, g.memory_mib, g.healthy) for g in sorted(reported, key=lambda g: g.index)]
+    gpus = [GpuState(g.index, g.uuid, g.model, g.memory_mib, g.healthy, sm_count=g.sm_count) for g in sorted(reported, key=lambda g: g.index)]
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     cpu = mem = None
     if track_host_resources:

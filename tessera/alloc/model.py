@@ -135,6 +135,7 @@ class GpuState:
     used_memory_mib: int = 0
     offline_milli: int = 0  # part of used_milli held by offline pods
     shares: int = 0  # containers holding a share (not a whole GPU) of it; capped by max_shares_per_gpu
+    sm_count: int | None = None  # as the node reports it; only the MPS percentage uses it, never placement
 
     @property
     def free_milli(self) -> int:

@@ -20,6 +20,7 @@ from tessera.model.contract import (
     GpuShare,
     mps_log_directory,
     mps_pipe_directory,
+    mps_thread_percentage,
 )
 
 KubeObject = dict[str, Any]  # a Kubernetes object as JSON (tessera.kube.api.KubeObject; the model stands below kube)
@@ -36,17 +37,21 @@ def uses_mps(node_labels: Mapping[str, str]) -> bool:
     return node_labels.get(LABEL_SHARING_POLICY) == MPS_SHARING_POLICY
 
 
-def container_env(shares: tuple[GpuShare, ...], gpu_memory_mib: Mapping[int, int], *, mps: bool = True) -> dict[str, str]:
+def container_env(
+    shares: tuple[GpuShare, ...], gpu_memory_mib: Mapping[int, int], *, mps: bool = True, sm_counts: Mapping[int, int | None] | None = None
+) -> dict[str, str]:
     """The env of one container. Memory limits use device ordinals as the container sees them
     (0..n-1 in NVIDIA_VISIBLE_DEVICES order), which is what MPS clients index by. A share that
-    asked for no memory gets the GPU's full memory (`gpu_memory_mib`: index -> MiB)."""
+    asked for no memory gets the GPU's full memory (`gpu_memory_mib`: index -> MiB). The MPS
+    percentage is `mps_thread_percentage` of the share on its GPU's SM count (`sm_counts`: index
+    -> SMs as the node reported them; unknown: the share's percent)."""
     limits = [s.memory_mib or gpu_memory_mib.get(s.index, 0) for s in shares]
     first = shares[0].uuid
     env = {
         "NVIDIA_VISIBLE_DEVICES": ",".join(s.uuid for s in shares),
         "TESSERA_GPU_CORE": str(sum(s.core for s in shares)),
         "TESSERA_GPU_MEMORY_MIB": str(limits[0]),
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(shares[0].core),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(mps_thread_percentage(shares[0].core, (sm_counts or {}).get(shares[0].index))),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}M" for i, mib in enumerate(limits)),
         "CUDA_MPS_PIPE_DIRECTORY": mps_pipe_directory(first),
         "CUDA_MPS_LOG_DIRECTORY": mps_log_directory(first),
@@ -58,13 +63,15 @@ def container_env(shares: tuple[GpuShare, ...], gpu_memory_mib: Mapping[int, int
     return env
 
 
-def configmap_data(allocation: Allocation, gpu_memory_mib: Mapping[int, int], *, mps: bool = True) -> dict[str, str]:
+def configmap_data(
+    allocation: Allocation, gpu_memory_mib: Mapping[int, int], *, mps: bool = True, sm_counts: Mapping[int, int | None] | None = None
+) -> dict[str, str]:
     """`mps`: write the `CUDA_MPS_*` keys (fixed-share pools; see `uses_mps`). Default True for
     callers that model a fixed-share node; the extender passes the node's pool policy."""
     data: dict[str, str] = {}
     for container, shares in sorted(allocation.containers.items()):
         if shares:
-            data.update({f"{container}.{key}": value for key, value in container_env(shares, gpu_memory_mib, mps=mps).items()})
+            data.update({f"{container}.{key}": value for key, value in container_env(shares, gpu_memory_mib, mps=mps, sm_counts=sm_counts).items()})
     return data
 
 

@@ -74,13 +74,43 @@ class NodeGpu:
     model: str
     memory_mib: int
     healthy: bool = True
+    sm_count: int | None = None  # streaming multiprocessors, as NVML derives them; None: unknown
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "uuid": self.uuid, "model": self.model, "memoryMiB": self.memory_mib, "healthy": self.healthy}
+        out: dict[str, Any] = {"index": self.index, "uuid": self.uuid, "model": self.model, "memoryMiB": self.memory_mib, "healthy": self.healthy}
+        if self.sm_count is not None:
+            out["smCount"] = self.sm_count
+        return out
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> NodeGpu:
-        return NodeGpu(int(data["index"]), str(data["uuid"]), str(data["model"]), int(data["memoryMiB"]), bool(data.get("healthy", True)))
+        sm = data.get("smCount")
+        if sm is not None and (not isinstance(sm, int) or isinstance(sm, bool) or sm <= 0):
+            raise ValueError(f"smCount must be a positive integer, not {sm!r}")
+        return NodeGpu(int(data["index"]), str(data["uuid"]), str(data["model"]), int(data["memoryMiB"]), bool(data.get("healthy", True)), sm)
+
+
+# MPS hands a client its SMs in whole TPCs (two SMs each), rounding the percentage down: measured on
+# an H100 (132 SMs, driver 580), CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 80/70/60/50/40/34/30/25/20/10 gave
+# 104/92/78/66/52/44/38/32/26/12 SMs, i.e. 2 * floor(percent * SMs / 200) (docs/benchmarks.md, "GPU checks").
+MPS_SMS_PER_TPC: Final = 2
+
+
+def mps_provisioned_sms(percentage: int, sm_count: int) -> int:
+    """The SMs MPS gives a client of `percentage` on a GPU of `sm_count` SMs (at least one TPC)."""
+    return max(MPS_SMS_PER_TPC, MPS_SMS_PER_TPC * (percentage * sm_count // (100 * MPS_SMS_PER_TPC)))
+
+
+def mps_thread_percentage(core: int, sm_count: int | None) -> int:
+    """`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for a share of `core` percent of a GPU: the smallest
+    percentage whose provisioned SMs are the whole TPCs nearest to the share. Passing `core` itself
+    rounds down: 60/30 on an H100 gave 78/38 SMs (59.1 %/28.8 %), and a 60/30 pair ran at 2.40:1
+    where 61/31 (80/40 SMs) ran at 1.98:1. `sm_count` None (not reported): `core` unchanged."""
+    core = max(1, min(CORE_PER_GPU, core))
+    if not sm_count or core >= CORE_PER_GPU or sm_count >= 200:  # above 200 SMs a percent step exceeds a TPC
+        return core
+    tpcs = max(1, min(sm_count // MPS_SMS_PER_TPC, (core * sm_count + 100) // (100 * MPS_SMS_PER_TPC)))
+    return min(CORE_PER_GPU, -(-100 * MPS_SMS_PER_TPC * tpcs // sm_count))
 
 
 @dataclass(frozen=True)

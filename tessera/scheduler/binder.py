@@ -154,8 +154,9 @@ class Binder:
         with self._state.lock:
             node = self._state.cluster.nodes.get(allocation.node)
             memory = {g.index: g.memory_mib for g in node.gpus} if node is not None else {}
+            sm_counts = {g.index: g.sm_count for g in node.gpus} if node is not None else {}
             mps = node is not None and uses_mps(node.labels)
-        body = configmap_body(pod, name, configmap_data(allocation, memory, mps=mps))
+        body = configmap_body(pod, name, configmap_data(allocation, memory, mps=mps, sm_counts=sm_counts))
         try:
             self._api.create_configmap(namespace, body)
         except Conflict:

@@ -193,7 +193,9 @@ class SchedulerState:
                 self.inconsistencies += 1
                 log.error("pod %s no longer fits node %s after an inventory change; its GPUs are not tracked", entry and entry.name, state.name)
         current = self.cluster.nodes[state.name]
+        sm_counts = {g.index: g.sm_count for g in state.gpus}
         for g in current.gpus:
+            g.sm_count = sm_counts.get(g.index, g.sm_count)  # not part of placement: no re-add needed
             healthy = wanted_health.get(g.index, g.healthy)
             if g.healthy != healthy:
                 self.cluster.set_gpu_health(state.name, g.index, healthy)

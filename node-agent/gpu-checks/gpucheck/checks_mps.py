@@ -141,9 +141,11 @@ def check_mps(ctx: Context) -> dict[str, Any]:
     """Two fixed-share clients at 60 % and 30 % on one GPU at once; their throughput ratio."""
     uuid = ctx.gpu.uuid
     records = [fixed_share_record(uuid, 60), fixed_share_record(uuid, 30)]
-    limits = desired_limits(records)  # the agent's daemon defaults: the largest share on the GPU
+    # the SMs the NVML backend reports: the extender and the agent round the MPS percentage with them
+    sm_count = next((g.sm_count for g in ctx.backend().list_gpus() if g.uuid == uuid), None)
+    limits = desired_limits(records, {uuid: sm_count})  # the agent's daemon defaults: the largest share on the GPU
     session = MpsSession(ctx, limits)
-    envs = {r.shares[0].core: client_env(session.root, r.shares[0]) for r in records}
+    envs = {r.shares[0].core: client_env(session.root, r.shares[0], sm_count) for r in records}
     try:
         workers = [mps_worker(ctx, f"mps-{core}", env) for core, env in envs.items()]
         start_all(workers, ctx.ready_timeout_s)
@@ -156,6 +158,7 @@ def check_mps(ctx: Context) -> dict[str, Any]:
         stopped = session.stop()
     rates = {name: steady_rate(r["batches"], start + WARMUP_S, end, r["per_batch"]) for name, r in res.items()}
     figures: dict[str, Any] = {
+        "sm_count": sm_count,
         "daemon_defaults": {u: {"active_thread_pct": lim.active_thread_pct, "pinned_mem_mib": lim.pinned_mem_mib} for u, lim in limits.items()},
         "client_env": {f"{core}%": {k: v for k, v in env.items() if k.startswith("CUDA_MPS_ACTIVE")} for core, env in envs.items()},
         "matmuls_per_s": {k: _round(v) for k, v in rates.items()},

@@ -273,7 +273,7 @@ class Agent:
         self._log_held_back(attribution)
         self._enforce_memory(containers)
         if self.deps.mps is not None and self.settings.mps_enabled:
-            for line in self.deps.mps.reconcile(desired_limits(containers.values())):
+            for line in self.deps.mps.reconcile(desired_limits(containers.values(), {g.uuid: g.sm_count for g in self._gpus})):
                 _log.info("%s", line)
         if not refreshed and self.counters.ticks % self.settings.pods_refresh_every == 0:
             self.refresh_from_pods()

@@ -7,7 +7,8 @@ that exits is restarted on the next supervision pass.
 
 Limits, two layers (MPS semantics: a client's env can only LOWER what the daemon allows):
 - per container, through its env (written into the allocation ConfigMap at bind):
-  `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<gpu-core>` and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<mib>M`;
+  `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<gpu-core rounded to the nearest whole TPCs>`
+  (`tessera.model.contract.mps_thread_percentage`) and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<mib>M`;
 - per GPU, daemon defaults (`set_default_active_thread_percentage`,
   `set_default_device_pinned_mem_limit 0 <mib>M`) = the largest share on that GPU, so a client that
   drops its env still cannot exceed the largest share granted there (MPS cannot do better: the
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tessera.model.contract import GpuShare
+from tessera.model.contract import GpuShare, mps_thread_percentage
 from tessera_node.agent.registry import RegisteredContainer, SharingPolicy
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -47,21 +48,24 @@ def mps_dirs(root: Path, gpu_uuid: str) -> MpsDirs:
     return MpsDirs(root / gpu_uuid / "pipe", root / gpu_uuid / "log")
 
 
-def client_env(root: Path, share: GpuShare) -> dict[str, str]:
-    """The env a fixed-share container needs to use its GPU's daemon with its own limits."""
+def client_env(root: Path, share: GpuShare, sm_count: int | None = None) -> dict[str, str]:
+    """The env a fixed-share container needs to use its GPU's daemon with its own limits (the
+    extender writes the same percentage into the allocation ConfigMap)."""
     dirs = mps_dirs(root, share.uuid)
     env = {
         "CUDA_MPS_PIPE_DIRECTORY": str(dirs.pipe),
         "CUDA_MPS_LOG_DIRECTORY": str(dirs.log),
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, min(100, share.core))),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(mps_thread_percentage(share.core, sm_count)),
     }
     if share.memory_mib > 0:
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.memory_mib}M"
     return env
 
 
-def desired_limits(containers: Iterable[RegisteredContainer]) -> dict[str, MpsLimits]:
-    """GPU uuid -> daemon defaults, for every GPU holding a fixed-share container."""
+def desired_limits(containers: Iterable[RegisteredContainer], sm_counts: Mapping[str, int | None] | None = None) -> dict[str, MpsLimits]:
+    """GPU uuid -> daemon defaults, for every GPU holding a fixed-share container; the thread
+    percentage is the largest share's `mps_thread_percentage` on that GPU's SMs (`sm_counts`: uuid
+    -> SMs; unknown: the share's percent)."""
     cores: dict[str, int] = {}
     memory: dict[str, int | None] = {}
     for c in containers:
@@ -79,7 +83,8 @@ def desired_limits(containers: Iterable[RegisteredContainer]) -> dict[str, MpsLi
                 memory[share.uuid] = None
             else:
                 memory[share.uuid] = max(previous, share.memory_mib)
-    return {uuid: MpsLimits(cores[uuid], memory[uuid]) for uuid in cores}
+    sms = sm_counts or {}
+    return {uuid: MpsLimits(mps_thread_percentage(cores[uuid], sms.get(uuid)), memory[uuid]) for uuid in cores}
 
 
 def control_commands(limits: MpsLimits) -> str:

@@ -113,7 +113,7 @@ def inventory_from_backend(backend: GpuBackend) -> Inventory:
     """GPUs to advertise: every GPU without MIG enabled (a MIG-enabled GPU is served by NVIDIA's
     plugin as slices and cannot be shared by us)."""
     return Inventory.of(
-        NodeGpu(g.index, g.uuid, g.model, g.memory_mib, True) for g in backend.list_gpus() if g.mig_mode is not MigMode.ENABLED
+        NodeGpu(g.index, g.uuid, g.model, g.memory_mib, True, g.sm_count) for g in backend.list_gpus() if g.mig_mode is not MigMode.ENABLED
     )
 
 

@@ -35,6 +35,7 @@ class GpuInfo:
     model: str
     memory_mib: int
     mig_mode: MigMode = MigMode.UNSUPPORTED
+    sm_count: int | None = None  # streaming multiprocessors; None where the backend cannot say (MIG mode on)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from tessera_node.gpu.backend import (
     GpuBackendError,
@@ -32,6 +32,13 @@ from tessera_node.gpu.backend import (
 )
 
 _MIB = 1024 * 1024
+# FP32 cores per SM by compute capability (CUDA C++ Programming Guide, "Compute Capabilities",
+# arithmetic instruction throughput): 64 on GP100, Volta, Turing and GA100; 128 on GP10x, GA10x,
+# Ada, Hopper and Blackwell. H100 SXM: 16896 cores / 128 = 132 SMs.
+CORES_PER_SM: Final[dict[tuple[int, int], int]] = {
+    (6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128,
+    (8, 9): 128, (9, 0): 128, (10, 0): 128, (10, 3): 128, (12, 0): 128, (12, 1): 128,
+}
 _log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 if TYPE_CHECKING:  # typing.ParamSpec is 3.10+; the GPU checks import this module on Python 3.9
@@ -154,10 +161,27 @@ class NvmlBackend:
             except nvml.NVMLError:  # NOT_SUPPORTED: boards without MIG
                 mig = MigMode.UNSUPPORTED
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            sm_count = None if mig is MigMode.ENABLED else self._sm_count(handle)
             gpus.append(
-                GpuInfo(GpuIndex(index), _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)), int(memory.total // _MIB), mig)
+                GpuInfo(GpuIndex(index), _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)), int(memory.total // _MIB), mig, sm_count)
             )
         return gpus
+
+    def _sm_count(self, handle: Any) -> int | None:
+        """CUDA cores (`nvmlDeviceGetNumGpuCores`, not supported on MIG-enabled GPUs) over the cores
+        per SM of the compute capability (`nvmlDeviceGetCudaComputeCapability`); None where NVML
+        cannot say or the architecture is not in `CORES_PER_SM`. The MPS percentage of fixed shares
+        is rounded to whole TPCs with it (`tessera.model.contract.mps_thread_percentage`)."""
+        nvml = self._nvml
+        try:
+            cores = int(nvml.nvmlDeviceGetNumGpuCores(handle))
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        except nvml.NVMLError:
+            return None
+        per_sm = CORES_PER_SM.get((int(major), int(minor)))
+        if per_sm is None or cores <= 0 or cores % per_sm:
+            return None
+        return cores // per_sm
 
     @_nvml_errors
     def processes(self) -> list[ProcessSample]:

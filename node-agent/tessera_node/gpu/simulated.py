@@ -86,7 +86,8 @@ class SimulatedBackend:
     def list_gpus(self) -> list[GpuInfo]:
         with self._lock:
             self._require_open()
-            return [g.info for g in self._script.gpus]
+            # like NVML: no core count on a MIG-enabled GPU
+            return [replace(g.info, sm_count=None) if g.info.mig_mode is MigMode.ENABLED else g.info for g in self._script.gpus]
 
     def processes(self) -> list[ProcessSample]:
         with self._lock:
@@ -176,7 +177,7 @@ class SimulatedNodeBuilder:
     def spec(self, spec: str) -> SimulatedNodeBuilder:
         for model in parse_spec(spec):
             index = len(self._gpus)
-            self._gpus.append(GpuInfo(GpuIndex(index), simulated_uuid(self._seed, index), model.model, model.memory_mib))
+            self._gpus.append(GpuInfo(GpuIndex(index), simulated_uuid(self._seed, index), model.model, model.memory_mib, sm_count=model.sm_count))
         return self
 
     def gpu(self, model: str, memory_mib: int) -> SimulatedNodeBuilder:

@@ -29,6 +29,25 @@ KNOWN_MODELS_MIB: Final[dict[str, int]] = {
     "V100-32GB": 32768,
     "V100-16GB": 16384,
 }
+# Streaming multiprocessors per model (NVIDIA's datasheets; the H100 figure also measured here:
+# torch reports 132), as the NVML backend derives them, so simulated nodes report what real ones would.
+KNOWN_MODELS_SMS: Final[dict[str, int]] = {
+    "H200-141GB": 132,
+    "H100-80GB": 132,
+    "H100-94GB": 132,
+    "H20-96GB": 78,
+    "A100-80GB": 108,
+    "A100-40GB": 108,
+    "A800-80GB": 108,
+    "L40S": 142,
+    "L40": 142,
+    "L4": 58,
+    "A10": 72,
+    "A30": 56,
+    "T4": 40,
+    "V100-32GB": 80,
+    "V100-16GB": 80,
+}
 MAX_GPUS_PER_NODE: Final = 64  # sanity bound: a typo such as "H100:800" is a mistake, not a node
 
 _SIZE_SUFFIX = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<gib>\d{1,4})GB$", re.IGNORECASE)
@@ -42,12 +61,13 @@ class SpecError(ValueError):
 class GpuModelSpec:
     model: str
     memory_mib: int
+    sm_count: int | None = None
 
 
 def _model(token: str) -> GpuModelSpec:
     for name, mib in KNOWN_MODELS_MIB.items():
         if token.upper() == name.upper():
-            return GpuModelSpec(name, mib)
+            return GpuModelSpec(name, mib, KNOWN_MODELS_SMS.get(name))
     match = _SIZE_SUFFIX.match(token)
     if match:
         return GpuModelSpec(token, int(match.group("gib")) * 1024)

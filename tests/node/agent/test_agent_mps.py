@@ -27,6 +27,24 @@ def test_daemon_defaults_are_the_largest_share_per_gpu() -> None:
     assert limits == {"GPU-0": MpsLimits(60, 6144), "GPU-1": MpsLimits(20, None)}
 
 
+def test_daemon_defaults_and_client_env_round_to_whole_tpcs_of_the_gpu(tmp_path: Path) -> None:
+    """On an H100 (132 SMs) 60 % asks MPS for 61: 80 SMs, the whole TPCs nearest to 79.2; a GPU
+    whose SM count is unknown keeps the plain percent; the env matches the extender's ConfigMap."""
+    limits = desired_limits([_c("a", GpuShare(0, "GPU-0", 60, 0)), _c("b", GpuShare(1, "GPU-1", 60, 0))], {"GPU-0": 132, "GPU-1": None})
+    assert limits == {"GPU-0": MpsLimits(61, None), "GPU-1": MpsLimits(60, None)}
+    assert client_env(tmp_path, GpuShare(0, "GPU-0", 30, 0), 132)["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "31"
+
+
+def test_the_agent_sends_the_rounded_default_for_the_gpus_it_found(tmp_path: Path) -> None:
+    world = World(tmp_path, policy=PoolPolicy(sharing=SharingPolicy.FIXED_SHARE), gpus="H100-80GB:1,X-24GB:1")
+    world.place("a", None, gpu=0, core=60)
+    world.place("b", None, gpu=1, core=60)
+    world.tick()
+    sent = {env["CUDA_VISIBLE_DEVICES"]: text for env, text in world.runner.commands}
+    assert sent[world.uuids[0]].startswith("set_default_active_thread_percentage 61\n"), "132 SMs: 61 % gives the 80 nearest to 60 %"
+    assert sent[world.uuids[1]].startswith("set_default_active_thread_percentage 60\n"), "unknown model: no SM count, plain percent"
+
+
 def test_client_env_limits_the_container_to_its_own_share(tmp_path: Path) -> None:
     env = client_env(tmp_path, GpuShare(0, "GPU-0", 30, 3072))
     assert env == {

@@ -106,6 +106,8 @@ def test_paused_for_mig_change_steps_aside_and_comes_back(node: Harness) -> None
     # GPU 2 now belongs to NVIDIA's plugin as MIG slices: no longer shared by Tessera
     assert node.kubelet.wait_for(lambda: {d.split("-")[0] for d in node.kubelet.devices(GPU_CORE)} == {"gpu0", "gpu1", "gpu3"}, 3.0)
     assert wait_until(lambda: [(g["index"], g["healthy"]) for g in _node_gpus(node)] == [(0, True), (1, True), (3, True)])
+    # each GPU's SM count rides along: the extender rounds MPS percentages to whole TPCs with it
+    assert [g["smCount"] for g in _node_gpus(node)] == [132, 132, 132]
 
 
 def test_records_lost_before_their_write_are_restored_once_by_reconcile(node: Harness, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,8 @@ class FakeGpu:
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, MiB)
     mps_processes: list[tuple[int, int]] = field(default_factory=list)
     samples: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, sm %, timestamp µs)
+    cores: int | None = 16896  # None: NOT_SUPPORTED (H100 SXM: 132 SMs x 128)
+    compute_capability: tuple[int, int] = (9, 0)
 
 
 class FakeNvml:
@@ -86,6 +88,16 @@ class FakeNvml:
             raise NVMLError("Not Supported")
         return mig, mig
 
+    def nvmlDeviceGetNumGpuCores(self, handle: int) -> int:
+        """NVML: "On MIG-enabled GPUs, querying the device's core count is currently not supported"."""
+        gpu = self._gpu(handle)
+        if gpu.cores is None or gpu.mig == self.NVML_DEVICE_MIG_ENABLE:
+            raise NVMLError("Not Supported")
+        return gpu.cores
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
+        return self._gpu(handle).compute_capability
+
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
         self._check("nvmlDeviceGetMemoryInfo", handle)
         gpu = self._gpu(handle)
@@ -133,8 +145,11 @@ class FakeNvmlBuilder:
         self._gpus: list[FakeGpu] = []
         self._failing: dict[str, set[int | None]] = {}
 
-    def gpu(self, name: str = "NVIDIA H100 80GB HBM3", memory_mib: int = 81559, *, mig: int | None = None) -> FakeNvmlBuilder:
-        self._gpus.append(FakeGpu(f"GPU-fake-{len(self._gpus)}", name, memory_mib, mig))
+    def gpu(
+        self, name: str = "NVIDIA H100 80GB HBM3", memory_mib: int = 81559, *, mig: int | None = None,
+        cores: int | None = 16896, compute_capability: tuple[int, int] = (9, 0),
+    ) -> FakeNvmlBuilder:
+        self._gpus.append(FakeGpu(f"GPU-fake-{len(self._gpus)}", name, memory_mib, mig, cores=cores, compute_capability=compute_capability))
         return self
 
     def process(self, gpu: int, pid: int, mib: int, *, mps: bool = False) -> FakeNvmlBuilder:

@@ -82,3 +82,12 @@ def test_nvml_backend_opens_on_a_gpu_node_or_says_what_to_do() -> None:
         assert len(backend.utilisation()) == len(gpus)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("spec, sm_counts", [("H100-80GB:2", [132, 132]), ("T4,A100-40GB", [40, 108]), ("X-24GB", [None])])
+def test_simulated_gpus_report_their_models_sm_count(spec: str, sm_counts: list[int | None]) -> None:
+    backend = SimulatedBackend.from_spec(spec, node_seed="n")
+    backend.open()
+    assert [g.sm_count for g in backend.list_gpus()] == sm_counts
+    backend.set_mig_mode(0, MigMode.ENABLED)
+    assert backend.list_gpus()[0].sm_count is None, "like NVML: no core count on a MIG-enabled GPU"

@@ -24,6 +24,26 @@ def test_gpus_are_listed_with_uuid_memory_and_mig_mode() -> None:
     ]
 
 
+@pytest.mark.parametrize("cores, capability, sm_count", [
+    (16896, (9, 0), 132),  # H100 SXM
+    (14592, (9, 0), 114),  # H100 PCIe
+    (6912, (8, 0), 108),  # A100: 64 cores per SM
+    (2560, (7, 5), 40),  # T4
+    (18176, (8, 9), 142),  # L40S
+    (None, (9, 0), None),  # NOT_SUPPORTED
+    (16896, (99, 0), None),  # an architecture the table does not know
+    (1000, (9, 0), None),  # not a whole number of SMs: do not guess
+])
+def test_sm_count_is_cores_over_cores_per_sm(cores: int | None, capability: tuple[int, int], sm_count: int | None) -> None:
+    fake = FakeNvml.builder().gpu(cores=cores, compute_capability=capability).build()
+    assert _opened(fake).list_gpus()[0].sm_count == sm_count
+
+
+def test_a_mig_enabled_gpu_reports_no_sm_count() -> None:
+    fake = FakeNvml.builder().gpu(mig=1).build()
+    assert _opened(fake).list_gpus()[0].sm_count is None
+
+
 def test_process_memory_and_newest_sm_sample_are_reported_once_per_pid() -> None:
     fake = (
         FakeNvml.builder().gpu()

@@ -97,8 +97,11 @@ def test_every_check_runs_end_to_end_on_the_fake_gpu_and_leaves_nothing_behind(t
     assert all(r.get("mps_clients", 1) == 1 for r in overhead["runs"]) and overhead["value"] is not None
 
     mps = checks["mps"]
-    assert len(mps["mps"]["clients"]) == 2 and mps["client_env"]["60%"] == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "60"}
-    assert list(mps["daemon_defaults"].values()) == [{"active_thread_pct": 60, "pinned_mem_mib": None}]
+    # the fake H100 reports 16896 cores at compute 9.0: 132 SMs, so 60 % asks MPS for 61 (80 SMs, not 78)
+    assert mps["sm_count"] == 132
+    assert len(mps["mps"]["clients"]) == 2 and mps["client_env"]["60%"] == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "61"}
+    assert mps["client_env"]["30%"] == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "31"}
+    assert list(mps["daemon_defaults"].values()) == [{"active_thread_pct": 61, "pinned_mem_mib": None}]
     assert 1.5 < mps["value"] < 2.5  # the fake GPU scales speed with the thread percentage
     assert mps["stop"]["still_running_after_stop"] == []
 

@@ -37,8 +37,9 @@ def node_manifest(
     memory_mib: int = 16 * GIB,
     placement: str | None = None,
     labels: dict[str, str] | None = None,
+    sm_count: int | None = None,
 ) -> KubeObject:
-    inventory = [NodeGpu(i, f"GPU-{name}-{i}", model, memory_mib).to_json() for i in range(gpus)]
+    inventory = [NodeGpu(i, f"GPU-{name}-{i}", model, memory_mib, sm_count=sm_count).to_json() for i in range(gpus)]
     labels = {LABEL_POOL_KIND: "shared", **(labels or {})}
     if placement:
         labels[LABEL_GPU_PLACEMENT] = placement

@@ -112,6 +112,40 @@ def test_bind_writes_configmap_annotations_and_binding(harness: Harness) -> None
     assert cm["data"]["infer.TESSERA_GPU_CORE"] == "200"
 
 
+@pytest.mark.parametrize("sm_count, core, percentage", [(None, 60, "60"), (132, 60, "61"), (132, 30, "31"), (132, 50, "50"), (108, 30, "30"), (108, 25, "26"), (40, 60, "60")])
+def test_mps_percentage_in_the_configmap_rounds_to_whole_tpcs_of_the_reported_sms(harness: Harness, sm_count: int | None, core: int, percentage: str) -> None:
+    """60 % of an H100 (132 SMs) is 79.2 SMs: MPS gives 78 for 60 (it rounds down to TPCs) and 80
+    for 61, the nearest; a node that reports no SM count keeps the plain percent."""
+    harness.api.create_node(node_manifest("n1", gpus=1, labels={LABEL_SHARING_POLICY: "fixed-share"}, sm_count=sm_count))
+    service = harness.start()
+    scheduler = harness.scheduler(service)
+    pod = pod_manifest("job", ("main", core, None))
+    pod["metadata"]["annotations"]["tessera.dev/allocation-configmap"] = "tessera-alloc-job"
+    harness.api.create_pod(pod)
+    assert scheduler.schedule("default", "job").node == "n1"
+    assert harness.api.get_configmap("default", "tessera-alloc-job")["data"]["main.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == percentage
+
+
+def test_an_sm_count_published_later_is_used_for_the_next_pod(harness: Harness) -> None:
+    """A device plugin of the previous release publishes no smCount; once the upgraded one does,
+    the next pod's percentage is rounded (no re-add of the node, the pods on it stay)."""
+    harness.api.create_node(node_manifest("n1", gpus=1, labels={LABEL_SHARING_POLICY: "fixed-share"}))
+    service = harness.start()
+    scheduler = harness.scheduler(service)
+    for name in ("before", "after"):
+        if name == "after":
+            upgraded = node_manifest("n1", gpus=1, sm_count=132)["metadata"]["annotations"]
+            harness.api.patch_node_annotations("n1", upgraded)
+            assert wait_until(lambda: service.state.cluster.nodes["n1"].gpus[0].sm_count == 132)
+        pod = pod_manifest(name, ("main", 30, None))
+        pod["metadata"]["annotations"]["tessera.dev/allocation-configmap"] = f"tessera-alloc-{name}"
+        harness.api.create_pod(pod)
+        assert scheduler.schedule("default", name).node == "n1"
+    data = {n: harness.api.get_configmap("default", f"tessera-alloc-{n}")["data"]["main.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for n in ("before", "after")}
+    assert data == {"before": "30", "after": "31"}
+    assert sum(p.node == "n1" for p in service.state.cluster.allocated().values()) == 2, "the first pod's share survived the inventory update"
+
+
 def test_wire_keys_are_go_field_names(harness: Harness) -> None:
     harness.api.create_node(node_manifest("n1"))
     service = harness.start()

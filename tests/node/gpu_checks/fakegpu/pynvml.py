@@ -66,6 +66,14 @@ def nvmlDeviceGetMigMode(handle: int) -> tuple[int, int]:
     raise NVMLError("Not Supported")
 
 
+def nvmlDeviceGetNumGpuCores(handle: int) -> int:
+    return 16896  # an H100 SXM: 132 SMs of 128 cores
+
+
+def nvmlDeviceGetCudaComputeCapability(handle: int) -> tuple[int, int]:
+    return (9, 0)
+
+
 def nvmlDeviceGetComputeMode(handle: int) -> int:
     return int(os.environ.get("FAKEGPU_COMPUTE_MODE", "0"))
 
