@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -60,24 +61,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
-def _port(text: str) -> int:
+def _in_range(text: str, parse: Callable[[str], float], low: float, high: float, what: str) -> float:
+    """`text` parsed and within [low, high], else an argparse error that says `what` it must be."""
     try:
-        port = int(text)
+        value = parse(text)
     except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use 0..65535 (0 picks a free one)")
-    return port
+        value = low - 1
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
+def _port(text: str) -> int:
+    return int(_in_range(text, int, 0, 65535, "a TCP port: use 0..65535 (0 picks a free one)"))
 
 
 def _cpu_percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 100.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percent of one core: use 0..100 (0 turns the CPU wake signal off)")
-    return value
+    return _in_range(text, float, 0.0, 100.0, "a percent of one core: use 0..100 (0 turns the CPU wake signal off)")
 
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:

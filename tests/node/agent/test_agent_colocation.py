@@ -138,28 +138,23 @@ class ColocationMachine(RuleBasedStateMachine):
                     del self.last_active[uuid]
         self._step({})
 
+    def _some_online(self, data: st.DataObject) -> RegisteredContainer | None:
+        online = sorted((c for c in self.containers.values() if c.app_class is AppClass.ONLINE), key=lambda x: str(x.key))
+        return data.draw(st.sampled_from(online)) if online else None
+
     @rule(data=st.data(), dt=st.floats(0.01, 1.5))
     def online_active(self, data: st.DataObject, dt: float) -> None:
+        """NVML saw an online container active on one of its GPUs."""
         self.now += dt
-        online = [c for c in self.containers.values() if c.app_class is AppClass.ONLINE]
-        active: dict[str, list[ContainerKey]] = {}
-        if online:
-            c = data.draw(st.sampled_from(sorted(online, key=lambda x: str(x.key))))
-            uuid = data.draw(st.sampled_from(list(c.gpu_uuids)))
-            active[uuid] = [c.key]
-        self._step(active)
+        c = self._some_online(data)
+        self._step({data.draw(st.sampled_from(list(c.gpu_uuids))): [c.key]} if c else {})
 
     @rule(data=st.data(), dt=st.floats(0.01, 1.5))
     def online_waking(self, data: st.DataObject, dt: float) -> None:
         """An online container's CPU woke; NVML has not seen it yet."""
         self.now += dt
-        online = [c for c in self.containers.values() if c.app_class is AppClass.ONLINE]
-        waking: dict[str, list[ContainerKey]] = {}
-        if online:
-            c = data.draw(st.sampled_from(sorted(online, key=lambda x: str(x.key))))
-            for uuid in c.gpu_uuids:
-                waking.setdefault(uuid, []).append(c.key)
-        self._step({}, waking)
+        c = self._some_online(data)
+        self._step({}, {uuid: [c.key] for uuid in c.gpu_uuids} if c else {})
 
     @rule(dt=st.floats(0.01, 1.5))
     def idle(self, dt: float) -> None:
