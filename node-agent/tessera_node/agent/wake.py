@@ -16,8 +16,9 @@ container that shares a GPU with pausable offline work:
   frozen the online job is alone on the GPU, so the next driver sample names it;
 - confirmed, the normal NVML rule takes over (resume after `offlineResumeIdleSeconds` idle);
 - not confirmed (CPU work that uses no GPU: request parsing, logging, a health check), the
-  container's CPU signal is muted for `mute_s`, so such work costs offline jobs at most
-  `confirm_s` of pause per `confirm_s + mute_s`.
+  container's CPU signal is muted for `mute_s`, doubled for each unconfirmed wake in a row up to
+  `max_mute_s`, so a container whose CPU is busy without GPU work soon costs offline jobs one
+  `confirm_s` pause per `max_mute_s`; a confirmed wake resets the doubling.
 
 Pure: no I/O; the loop passes cumulative CPU readings and the containers NVML saw active.
 """
@@ -43,7 +44,12 @@ class WakeSettings:
 
     mute_s: float = 10.0
     """After an unconfirmed wake, how long the container's CPU signal is ignored. Default 10 s:
-    CPU-only activity then pauses offline work for at most 1 s in 11."""
+    an occasional CPU-only burst pauses offline work for at most 1 s in 11."""
+
+    max_mute_s: float = 320.0
+    """The mute doubles with each unconfirmed wake in a row, up to this. Default 320 s (five
+    doublings): a container whose CPU stays busy without GPU work costs offline jobs 1 s of pause
+    in about 5 minutes instead of 1 s in 11."""
 
     @property
     def enabled(self) -> bool:
@@ -57,6 +63,7 @@ class _Track:
     pending_since: float | None = None
     muted_until: float = -math.inf
     confirmed_at: float = -math.inf
+    strikes: int = 0  # unconfirmed wakes in a row
 
 
 @dataclass
@@ -96,7 +103,7 @@ class OnlineWakeDetector:
             if key in confirmed:
                 if track.pending_since is not None:
                     self.counts.confirmed += 1
-                track.pending_since, track.confirmed_at = None, now
+                track.pending_since, track.confirmed_at, track.strikes = None, now, 0
                 continue
             if now - track.confirmed_at <= self.settings.confirm_s:
                 continue  # NVML saw it lately: its idle window, not the CPU, decides
@@ -111,5 +118,6 @@ class OnlineWakeDetector:
             else:
                 self.counts.unconfirmed += 1
                 track.pending_since = None
-                track.muted_until = now + self.settings.mute_s
+                track.muted_until = now + min(self.settings.max_mute_s, self.settings.mute_s * 2**track.strikes)
+                track.strikes += 1
         return waking

@@ -75,6 +75,31 @@ def test_an_unconfirmed_wake_ends_after_the_confirm_window_and_mutes_the_contain
     assert feed.tick(100), "after the mute the CPU signal counts again"
 
 
+def _wake_gaps(feed: Feed, ticks: int) -> list[float]:
+    """Seconds from one wake's start to the next while the CPU stays busy without GPU work."""
+    starts: list[float] = []
+    waking = False
+    for _ in range(ticks):
+        now_waking = feed.tick(100)
+        if now_waking and not waking:
+            starts.append(feed.now)
+        waking = now_waking
+    return [round(b - a, 1) for a, b in zip(starts, starts[1:])]
+
+
+def test_the_mute_doubles_for_each_unconfirmed_wake_in_a_row_and_a_confirmed_wake_resets_it() -> None:
+    feed = Feed(WakeSettings(cpu_pct=25, confirm_s=0.3, mute_s=1.0, max_mute_s=4.0))
+    gaps = _wake_gaps(feed, 200)
+    # wake to wake: the confirm window (0.3 s, give or take the tick that ends it) plus a mute of
+    # 1, 2, 4, then 4 s (capped)
+    assert 1.2 <= gaps[0] <= 1.5, gaps
+    assert [g - gaps[0] + 1.0 for g in gaps[:4]] == pytest.approx([1.0, 2.0, 4.0, 4.0], abs=0.25), gaps
+    feed.tick(100, confirmed=True)  # the GPU work came after all
+    for _ in range(5):
+        feed.tick(0)
+    assert _wake_gaps(feed, 40)[0] == pytest.approx(gaps[0], abs=0.25), "back to the first mute"
+
+
 @pytest.mark.parametrize("reading", [None, 0], ids=["unreadable", "counter-went-back"])
 def test_a_lost_or_reset_cpu_counter_is_no_wake(reading: int | None) -> None:
     feed = Feed()
