@@ -133,13 +133,14 @@ def check_nvml(ctx: Context) -> dict[str, Any]:
     (worker,), pid_note = _prepare(ctx, [("nvml", {"hold_mib": 1024})])
     # a lead of 2 s: NVML's utilisation samples of the worker's warm-up have aged out by the start
     start, end = go_together([worker], max(3.0, ctx.seconds / 2), lead=2.0)
-    first_active, max_sm, max_mem, calls, spent = None, 0, 0, 0, 0.0
+    first_active, max_sm, max_mem, calls, spent, spent_cpu = None, 0, 0, 0, 0.0, 0.0
     while time.monotonic() < start:
         time.sleep(0.005)
     while time.monotonic() < end - 0.2:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         mine = [s for s in backend.processes() if s.pid == worker.pid]
         spent += time.perf_counter() - t0
+        spent_cpu += time.thread_time() - c0
         calls += 1
         if mine:
             max_mem = max(max_mem, mine[0].used_memory_mib)
@@ -148,6 +149,7 @@ def check_nvml(ctx: Context) -> dict[str, Any]:
                 first_active = time.monotonic() - start
         time.sleep(0.05)
     period_ms = _sample_period_ms(backend.nvml_pid(worker.pid))
+    per_call = _nvml_call_costs()
     util = backend.utilisation()
     clocks = backend.clocks()
     responsive = backend.is_responsive(GpuIndex(0))
@@ -158,7 +160,9 @@ def check_nvml(ctx: Context) -> dict[str, Any]:
         "pids": pid_note, "worker_memory_mib_max": max_mem, "worker_sm_pct_max": max_sm,
         "activity_seen_after_ms": None if first_active is None else round(first_active * 1000, 1),
         "process_util_sample_period_ms": period_ms,
-        "processes_call_ms_mean": round(spent / max(1, calls) * 1000, 3), "gpu_util_pct": [u.gpu_pct for u in util],
+        "processes_call_ms_mean": round(spent / max(1, calls) * 1000, 3),
+        "processes_call_cpu_ms_mean": round(spent_cpu / max(1, calls) * 1000, 3), "nvml_call_ms": per_call,
+        "gpu_util_pct": [u.gpu_pct for u in util],
         "clocks_mhz": [{"sm": c.sm_mhz, "sm_max": c.sm_max_mhz, "mem": c.memory_mhz} for c in clocks],
         "responsive": responsive, "xid_events": len(xids),
     }
@@ -170,6 +174,35 @@ def check_nvml(ctx: Context) -> dict[str, Any]:
     if not responsive:
         problems.append("is_responsive(0) is False")
     return check_result(FAILED if problems else OK, problems=problems, **figures)
+
+
+def _nvml_call_costs(repeat: int = 20) -> dict[str, dict[str, float]] | None:
+    """Wall and CPU (this thread's) milliseconds of each NVML call the agent's `processes()` makes,
+    so the agent's CPU on a node of many GPUs can be told from its wall time (a diagnostic)."""
+    try:
+        import pynvml
+
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # NVML gone: the figure is a diagnostic only
+        return None
+    calls = {
+        "nvmlDeviceGetProcessUtilization": lambda: pynvml.nvmlDeviceGetProcessUtilization(handle, 0),
+        "nvmlDeviceGetComputeRunningProcesses": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle),
+        "nvmlDeviceGetMPSComputeRunningProcesses": lambda: pynvml.nvmlDeviceGetMPSComputeRunningProcesses(handle),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, call in calls.items():
+        wall = cpu = 0.0
+        for _ in range(repeat):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                call()
+            except Exception:  # NOT_FOUND (no sample newer) or NOT_SUPPORTED still cost the call
+                pass
+            wall += time.perf_counter() - t0
+            cpu += time.thread_time() - c0
+        out[name] = {"wall_ms": round(wall / repeat * 1000, 3), "cpu_ms": round(cpu / repeat * 1000, 3)}
+    return out
 
 
 def _sample_period_ms(nvml_pid: int | None) -> float | None:

@@ -91,6 +91,9 @@ def test_every_check_runs_end_to_end_on_the_fake_gpu_and_leaves_nothing_behind(t
 
     assert "mapped" in checks["nvml"]["pids"] and checks["nvml"]["worker_memory_mib_max"] >= 1024
     assert checks["nvml"]["activity_seen_after_ms"] is not None
+    # what the agent's NVML sampling costs, wall and CPU, call by call (the agent's CPU on a real node)
+    assert checks["nvml"]["processes_call_cpu_ms_mean"] >= 0
+    assert set(checks["nvml"]["nvml_call_ms"]) == {"nvmlDeviceGetProcessUtilization", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"}
 
     overhead = checks["overhead"]
     assert [r["path"] for r in overhead["runs"]] == ["native", "mps-100%", "mps-100%", "native"]
