@@ -134,6 +134,8 @@ def check_nvml(ctx: Context) -> dict[str, Any]:
     # a lead of 2 s: NVML's utilisation samples of the worker's warm-up have aged out by the start
     start, end = go_together([worker], max(3.0, ctx.seconds / 2), lead=2.0)
     first_active, max_sm, max_mem, calls, spent, spent_cpu = None, 0, 0, 0, 0.0, 0.0
+    stamps: set[int] = set()  # the worker's utilisation sample timestamps, collected over the run
+    nvml_pid = backend.nvml_pid(worker.pid)
     while time.monotonic() < start:
         time.sleep(0.005)
     while time.monotonic() < end - 0.2:
@@ -147,8 +149,9 @@ def check_nvml(ctx: Context) -> dict[str, Any]:
             max_sm = max(max_sm, mine[0].sm_utilisation_pct)
             if first_active is None and mine[0].sm_utilisation_pct >= 5:
                 first_active = time.monotonic() - start
+        stamps |= _sample_stamps(nvml_pid)
         time.sleep(0.05)
-    period_ms = _sample_period_ms(backend.nvml_pid(worker.pid))
+    period_ms = _median_step_ms(stamps)
     per_call = _nvml_call_costs()
     util = backend.utilisation()
     clocks = backend.clocks()
@@ -205,19 +208,25 @@ def _nvml_call_costs(repeat: int = 20) -> dict[str, dict[str, float]] | None:
     return out
 
 
-def _sample_period_ms(nvml_pid: int | None) -> float | None:
-    """How often the driver samples a process's utilisation (median step between the samples
-    NVML still buffers): the floor under the agent's online-activity detection latency."""
+def _sample_stamps(nvml_pid: int | None) -> set[int]:
+    """Timestamps (us) of the process's utilisation samples NVML buffers now. Collected over a run:
+    NVML keeps few per process (on an H100 one at a time), so one read cannot show the period."""
     if nvml_pid is None:
-        return None
+        return set()
     try:
         import pynvml
 
         samples = pynvml.nvmlDeviceGetProcessUtilization(pynvml.nvmlDeviceGetHandleByIndex(0), 0)
     except Exception:  # NOT_SUPPORTED, NOT_FOUND: the figure is a diagnostic only
-        return None
-    stamps = sorted({int(x.timeStamp) for x in samples if int(x.pid) == nvml_pid})
-    steps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+        return set()
+    return {int(x.timeStamp) for x in samples if int(x.pid) == nvml_pid}
+
+
+def _median_step_ms(stamps: set[int]) -> float | None:
+    """How often the driver samples a process's utilisation (median step between its samples):
+    the floor under the agent's online-activity detection latency (200 ms on an H100)."""
+    ordered = sorted(stamps)
+    steps = sorted(b - a for a, b in zip(ordered, ordered[1:]))
     return round(steps[len(steps) // 2] / 1000.0, 1) if steps else None
 
 

@@ -93,6 +93,8 @@ def test_every_check_runs_end_to_end_on_the_fake_gpu_and_leaves_nothing_behind(t
     assert checks["nvml"]["activity_seen_after_ms"] is not None
     # what the agent's NVML sampling costs, wall and CPU, call by call (the agent's CPU on a real node)
     assert checks["nvml"]["processes_call_cpu_ms_mean"] >= 0
+    # the driver's sample period, from the timestamps collected over the run (the fake samples every 0.1 s)
+    assert checks["nvml"]["process_util_sample_period_ms"] == 100.0
     assert set(checks["nvml"]["nvml_call_ms"]) == {"nvmlDeviceGetProcessUtilization", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"}
 
     overhead = checks["overhead"]
