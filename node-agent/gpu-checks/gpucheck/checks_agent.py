@@ -7,6 +7,7 @@ thread timestamps every pause decision (the agent's `pauses.paused`) and every f
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -198,10 +199,8 @@ def _nvml_call_costs(repeat: int = 20) -> dict[str, dict[str, float]] | None:
         wall = cpu = 0.0
         for _ in range(repeat):
             t0, c0 = time.perf_counter(), time.thread_time()
-            try:
+            with contextlib.suppress(Exception):  # NOT_FOUND (no sample newer) or NOT_SUPPORTED still cost the call
                 call()
-            except Exception:  # NOT_FOUND (no sample newer) or NOT_SUPPORTED still cost the call
-                pass
             wall += time.perf_counter() - t0
             cpu += time.thread_time() - c0
         out[name] = {"wall_ms": round(wall / repeat * 1000, 3), "cpu_ms": round(cpu / repeat * 1000, 3)}

@@ -213,6 +213,13 @@ def remember_pid(pid: int) -> None:
     _EXTRA_PIDS.add(pid)
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first, utime 12th, stime
+    13th); the name in parentheses may hold spaces, so the line is split after its last `)`.
+    Raises OSError (FileNotFoundError, ProcessLookupError) when the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+
+
 def is_gone(pid: int) -> bool:
     """True when the process is gone or a zombie (reaped here when it is our child)."""
     try:
@@ -222,10 +229,10 @@ def is_gone(pid: int) -> bool:
     except ChildProcessError:
         pass
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat_fields(pid)[0]
     except (FileNotFoundError, ProcessLookupError):
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    return state in ("Z", "X")
 
 
 def wait_gone(pids: Sequence[int], timeout: float) -> list[int]:

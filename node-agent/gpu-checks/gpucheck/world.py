@@ -28,7 +28,7 @@ from typing import Any
 
 from gpucheck.analysis import match_pids_by_memory
 from gpucheck.preflight import Environment, Gpu
-from gpucheck.procs import Worker, before_kill, drop_before_kill
+from gpucheck.procs import Worker, before_kill, drop_before_kill, stat_fields
 from tessera_node.agent.cgroups import CgroupDriver, CgroupLocator, CgroupVersion, detect_version
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.freezer import Freezer, FreezeState
@@ -172,7 +172,7 @@ class EmulatedCgroups(Cgroups):
 def _cpu_usec(pid: int) -> int | None:
     """CPU time of a process (utime + stime of /proc/<pid>/stat), in microseconds."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        fields = stat_fields(pid)
         return (int(fields[11]) + int(fields[12])) * 1_000_000 // os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
@@ -180,10 +180,10 @@ def _cpu_usec(pid: int) -> int | None:
 
 def _stopped_or_gone(pid: int) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat_fields(pid)[0]
     except OSError:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t", "Z", "X")
+    return state in ("T", "t", "Z", "X")
 
 
 def kernel_cgroups(workdir: Path, cgroup_root: Path = CGROUP_ROOT) -> tuple[KernelCgroups | None, str]:

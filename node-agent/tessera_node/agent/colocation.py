@@ -71,24 +71,20 @@ class ColocationController:
         `waking`: GPU uuid -> keys of online containers waking (CPU), not yet seen by NVML."""
         view = RegistryView.of(containers)
         active_names: dict[str, tuple[str, ...]] = {}
-        for uuid, keys in active_online.items():
-            live = [view.records[k] for k in keys if k in view.online_keys]
-            if live:
-                self.last_online_active[uuid] = now
-                active_names[uuid] = tuple(f"{c.namespace}/{c.pod_name}/{c.container}" for c in live)
-        woken: set[str] = set()
-        for uuid, keys in (waking or {}).items():
-            live = [view.records[k] for k in keys if k in view.online_keys]
-            if live:
-                woken.add(uuid)
-                active_names.setdefault(uuid, tuple(f"{c.namespace}/{c.pod_name}/{c.container} (waking)" for c in live))
+        for uuid, names in _online_names(view, active_online, "").items():
+            self.last_online_active[uuid] = now
+            active_names[uuid] = names
+        woken = _online_names(view, waking or {}, " (waking)")
+        for uuid, names in woken.items():
+            active_names.setdefault(uuid, names)
+        woken_gpus = frozenset(woken)
         # A GPU without online containers has nothing to protect: forget its history.
         for uuid in [u for u in self.last_online_active if u not in view.online_on_gpu]:
             del self.last_online_active[uuid]
 
         # The decision depends only on the registry and on which GPUs are "hot" for each resume
         # window; when neither changed there is nothing to do (the common tick).
-        signature = tuple((idle, self._hot(now, idle) | woken) for idle in view.offline_idle_values)
+        signature = tuple((idle, self._hot(now, idle) | woken_gpus) for idle in view.offline_idle_values)
         if view is self._view and signature == self._signature and not (self.frozen.keys() - view.records.keys()):
             return ColocationPlan()
         self._view, self._signature = view, signature
@@ -126,3 +122,14 @@ class ColocationController:
         if any(u in view.online_on_gpu for u in c.gpu_uuids):
             return "the online container's CPU woke but no GPU work followed"
         return "no online container left on its GPU"
+
+
+def _online_names(view: RegistryView, by_gpu: Mapping[str, Iterable[ContainerKey]], suffix: str) -> dict[str, tuple[str, ...]]:
+    """GPU uuid -> "namespace/pod/container<suffix>" of the registered online containers among
+    the keys; GPUs left with none are left out."""
+    out: dict[str, tuple[str, ...]] = {}
+    for uuid, keys in by_gpu.items():
+        live = [view.records[k] for k in keys if k in view.online_keys]
+        if live:
+            out[uuid] = tuple(f"{c.namespace}/{c.pod_name}/{c.container}{suffix}" for c in live)
+    return out
