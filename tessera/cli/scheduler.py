@@ -5,7 +5,6 @@ import argparse
 import functools
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_PORT
+from tessera.httpd.stopsignal import install_stop_handler
 
 
 # What `serve` answers: kube-scheduler's extender verbs (POST, JSON) and the probes (GET).
@@ -180,8 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
     mode = f"simulated cluster from {args.simulate}" if simulate else "Kubernetes API"
     print(f"tessera extender on {service.url} ({mode}: {nodes} nodes, {gpus} GPUs; policy {policy.value})", flush=True)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    install_stop_handler(stop)
     while not stop.wait(1.0):
         pass
     service.stop()

@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from tessera.httpd.stopsignal import install_stop_handler
 from tessera.kube.api import KubeApiError
 from tessera.webhook.settings import DEFAULT_PORT, SettingsError, load_settings
 from tessera.webhook.tls import CertBundle
@@ -42,7 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     settings = ServerSettings(host=args.host, port=args.port, drain_s=args.drain_seconds)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    install_stop_handler(stop)
     if (args.cert_file is None) != (args.key_file is None):
         print("error: give both --cert-file and --key-file, or neither", file=sys.stderr)
         return 2

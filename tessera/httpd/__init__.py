@@ -1,5 +1,6 @@
 """One hardened HTTP/1.1 server for every Tessera endpoint: the scheduler extender, the admission
-webhook (TLS) and the node agent's /metrics. See `server.py` for why it is the standard library's
+webhook (TLS) and the node agent's /metrics, and the SIGTERM handling every server process shares
+(`stopsignal.py`). See `server.py` for why it is the standard library's
 server, configured, rather than a third-party one (docs/scheduler-extender.md, "HTTP server").
 
 Imports only the standard library: the runtime and the node side both stand on it (import-linter
@@ -7,6 +8,7 @@ contracts `layers` and `node-side` in pyproject.toml)."""
 from tessera.httpd.framing import HttpError, HttpLimits
 from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_bytes, json_response, parse_json, string_map_json
 from tessera.httpd.server import Endpoint, HardenedHTTPServer, Request, Response, Routes
+from tessera.httpd.stopsignal import install_stop_handler
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -18,6 +20,7 @@ __all__ = [
     "Response",
     "Routes",
     "error_response",
+    "install_stop_handler",
     "json_bytes",
     "json_response",
     "parse_json",

@@ -4,17 +4,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 
 from tessera.model.contract import ENV_POOLS_FILE
 from tessera.kube.api import KubeApi, KubeApiError
+from tessera.httpd.stopsignal import install_stop_handler
 from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.freezer import Freezer, LeaseBook, run_lease_guard, thaw_all
 from tessera_node.agent.loop import Agent, AgentDeps
@@ -110,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     settings = settings_from_args(args)
     stop = threading.Event()
-    _install_signal_handlers(stop)
+    install_stop_handler(stop)
     if args.lease_guard:
         return _run_guard(settings, stop)
     if not settings.node_name:
@@ -163,14 +162,6 @@ def _check_input_files(args: argparse.Namespace) -> str | None:
         except PoolsFileError as exc:
             return f"--pools-file {exc}"
     return None
-
-
-def _install_signal_handlers(stop: threading.Event) -> None:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
 
 
 def _run_guard(settings: AgentSettings, stop: threading.Event) -> int:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 
 from tessera.model.contract import ENV_POOLS_FILE, LABEL_POOL
+from tessera.httpd.stopsignal import install_stop_handler
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera_node.agent.pools import PoolsFileError, load_pools_file
 from tessera_node.agent.registry import ContainerRegistry, RegistryCorrupt
@@ -154,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
         allocate=replace(ALLOCATE_DEFAULTS, mps_pipe_host_dir=args.mps_dir, mps_shm_host_dir=args.mps_shm_dir),
     )
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _signum, _frame: stop.set())
+    install_stop_handler(stop)
     plugin = DevicePlugin(settings, backend, kube, registry, on_ready=_print_ready)
     try:
         server, _thread, port = serve_metrics(plugin.metrics_view, args.metrics_host, args.metrics_port)
