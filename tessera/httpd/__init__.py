@@ -6,7 +6,7 @@ server, configured, rather than a third-party one (docs/scheduler-extender.md, "
 Imports only the standard library: the runtime and the node side both stand on it (import-linter
 contracts `layers` and `node-side` in pyproject.toml)."""
 from tessera.httpd.framing import HttpError, HttpLimits
-from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_bytes, json_response, parse_json, string_map_json
+from tessera.httpd.jsonbody import MAX_JSON_DEPTH, error_response, json_bytes, json_response, parse_json, plain_strings, string_map_json
 from tessera.httpd.server import Endpoint, HardenedHTTPServer, Request, Response, Routes
 from tessera.httpd.stopsignal import install_stop_handler
 
@@ -24,5 +24,6 @@ __all__ = [
     "json_bytes",
     "json_response",
     "parse_json",
+    "plain_strings",
     "string_map_json",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -39,6 +39,12 @@ def json_bytes(payload: Any) -> bytes:
 _PLAIN: Final = re.compile(r"[A-Za-z0-9._:/-]*")
 
 
+def plain_strings(strings: Iterable[str]) -> bool:
+    """Whether JSON writes every one of `strings` as itself between quotes (no escapes): then a
+    reply may format them directly, byte for byte what `json_bytes` would write."""
+    return _PLAIN.fullmatch("".join(strings)) is not None
+
+
 def string_map_json(values: Mapping[str, str]) -> bytes:
     """`json_bytes(values)`, byte for byte, for a map with few distinct values (a /filter reply's
     FailedNodes: 10,000 node names, one of five messages each). Escaping the same message again
@@ -47,7 +53,7 @@ def string_map_json(values: Mapping[str, str]) -> bytes:
     if not values:
         return b"{}"
     distinct = set(values.values())
-    if len(distinct) > 16 or _PLAIN.fullmatch("".join(values)) is None:
+    if len(distinct) > 16 or not plain_strings(values):
         return json_bytes(dict(values))
     encoded = {v: json.dumps(v) for v in distinct}
     return ("{" + ",".join([f'"{k}":{encoded[v]}' for k, v in values.items()]) + "}").encode()

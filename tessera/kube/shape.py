@@ -47,10 +47,30 @@ def child_path(path: str, key: str) -> str:
     return f'{path}["{key}"]'
 
 
+class _Mismatch(Exception):
+    """Raised inside a check with the path below the failing level, one segment added per level
+    on the way out (`ShapeError` renders it): a pod of ~20 checked fields then builds no path
+    string unless one is wrong (the extender checks two pods per scheduling cycle)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.below: list[str | int] = []  # innermost segment first
+
+
 class Shape(ABC):
-    @abstractmethod
     def check(self, value: Any, path: str) -> None:
         """Raise ShapeError naming `path` (or a path below it) if `value` does not fit."""
+        try:
+            self._check(value)
+        except _Mismatch as exc:
+            for segment in reversed(exc.below):
+                path = f"{path}[{segment}]" if type(segment) is int else child_path(path, str(segment))
+            raise ShapeError(path, exc.message) from None
+
+    @abstractmethod
+    def _check(self, value: Any) -> None:
+        """Raise `_Mismatch` (its `below` empty: the value itself) if `value` does not fit."""
 
 
 class _Scalar(Shape):
@@ -58,9 +78,9 @@ class _Scalar(Shape):
         self.name = name
         self.accepts = accepts
 
-    def check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any) -> None:
         if value is not None and not self.accepts(value):
-            raise ShapeError(path, f"must be {self.name}, got {_kind(value)}")
+            raise _Mismatch(f"must be {self.name}, got {_kind(value)}")
 
 
 STRING: Final = _Scalar("a string", lambda v: type(v) is str)
@@ -71,7 +91,7 @@ INT64: Final = _Scalar("an integer", lambda v: type(v) is int and -INT64_MAX - 1
 class _Quantity(Shape):
     """A resource.Quantity: a string as above, or a JSON number (its UnmarshalJSON takes both)."""
 
-    def check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any) -> None:
         if value is None:
             return
         if type(value) is int and abs(value) <= INT64_MAX:
@@ -79,9 +99,9 @@ class _Quantity(Shape):
         if type(value) is float and math.isfinite(value):
             return
         if type(value) is not str:
-            raise ShapeError(path, f"must be a quantity (a string such as \"100\" or \"4Gi\"), got {_kind(value)}")
+            raise _Mismatch(f"must be a quantity (a string such as \"100\" or \"4Gi\"), got {_kind(value)}")
         if len(value) > _MAX_QUANTITY_CHARS or not _QUANTITY.fullmatch(value):
-            raise ShapeError(path, f"{value[:_MAX_QUANTITY_CHARS]!r} is not a Kubernetes quantity (such as \"100\", \"500m\", \"4Gi\")")
+            raise _Mismatch(f"{value[:_MAX_QUANTITY_CHARS]!r} is not a Kubernetes quantity (such as \"100\", \"500m\", \"4Gi\")")
 
 
 QUANTITY: Final = _Quantity()
@@ -91,18 +111,24 @@ QUANTITY: Final = _Quantity()
 class ListOf(Shape):
     item: Shape
 
-    def check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any) -> None:
         if value is None:
             return
         if type(value) is not list:
-            raise ShapeError(path, f"must be an array, got {_kind(value)}")
+            raise _Mismatch(f"must be an array, got {_kind(value)}")
+        check = self.item._check
+        struct = isinstance(self.item, Struct)
         for index, item in enumerate(value):
-            if item is None and isinstance(self.item, Struct):
-                # Go would decode it to an empty struct, but no API server stores a null list
-                # entry (a container without a name fails validation): refuse it rather than
-                # hand the core a container that is not there
-                raise ShapeError(f"{path}[{index}]", "must be an object, got null")
-            self.item.check(item, f"{path}[{index}]")
+            try:
+                if item is None and struct:
+                    # Go would decode it to an empty struct, but no API server stores a null list
+                    # entry (a container without a name fails validation): refuse it rather than
+                    # hand the core a container that is not there
+                    raise _Mismatch("must be an object, got null")
+                check(item)
+            except _Mismatch as exc:
+                exc.below.append(index)
+                raise
 
 
 @dataclass(frozen=True)
@@ -111,13 +137,18 @@ class MapOf(Shape):
 
     value: Shape
 
-    def check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any) -> None:
         if value is None:
             return
         if type(value) is not dict:
-            raise ShapeError(path, f"must be an object, got {_kind(value)}")
+            raise _Mismatch(f"must be an object, got {_kind(value)}")
+        check = self.value._check
         for key, item in value.items():
-            self.value.check(item, child_path(path, key))
+            try:
+                check(item)
+            except _Mismatch as exc:
+                exc.below.append(key)
+                raise
 
 
 @dataclass(frozen=True)
@@ -126,14 +157,18 @@ class Struct(Shape):
 
     fields: Mapping[str, Shape] = field(default_factory=dict)
 
-    def check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any) -> None:
         if value is None:
             return
         if type(value) is not dict:
-            raise ShapeError(path, f"must be an object, got {_kind(value)}")
+            raise _Mismatch(f"must be an object, got {_kind(value)}")
         for name, shape in self.fields.items():
             if name in value:
-                shape.check(value[name], child_path(path, name))
+                try:
+                    shape._check(value[name])
+                except _Mismatch as exc:
+                    exc.below.append(name)
+                    raise
 
 
 STRING_MAP: Final = MapOf(STRING)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, NamedTuple
 
-from tessera.httpd import json_bytes, string_map_json
+from tessera.httpd import json_bytes, plain_strings, string_map_json
 from tessera.kube.api import KubeObject
 from tessera.kube.shape import INT64_MAX, ShapeError, check_pod
 
@@ -223,6 +223,15 @@ class HostPriority(NamedTuple):
         if not isinstance(score, int):
             raise WireError("HostPriority.Score must be an integer")
         return HostPriority(_string(body, "Host", required=True), score)
+
+
+def host_priorities_json(priorities: list[HostPriority]) -> bytes:
+    """/prioritize's reply, `json_bytes([p.to_json() for p in priorities])` byte for byte, the
+    entries formatted directly when no node name needs escaping (a dict per feasible node and
+    the generic encoder were a third of a 500-node reply's time)."""
+    if not plain_strings([p.host for p in priorities]):
+        return json_bytes([p.to_json() for p in priorities])
+    return ("[" + ",".join([f'{{"Host":"{host}","Score":{score:d}}}' for host, score in priorities]) + "]").encode()
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from tessera.scheduler.extender_types import (
     ExtenderPreemptionResult,
     HostPriority,
     WireError,
+    host_priorities_json,
     unknown_fields,
 )
 from tessera.scheduler.metrics import ExtenderMetrics
@@ -93,7 +94,7 @@ class ExtenderHttpServer:
         self._noted_lock = threading.Lock()
         post: dict[str, Endpoint] = {
             "filter": self._verb("filter", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: core.filter(a).to_json_bytes()),
-            "prioritize": self._verb("prioritize", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: [h.to_json() for h in core.prioritize(a)]),
+            "prioritize": self._verb("prioritize", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: host_priorities_json(core.prioritize(a))),
             "bind": self._verb("bind", ExtenderBindingArgs.from_json, ExtenderBindingArgs.FIELDS, lambda a: core.bind(a).to_json()),
             "preempt": self._verb("preempt", ExtenderPreemptionArgs.from_json, ExtenderPreemptionArgs.FIELDS, lambda a: core.preempt(a).to_json()),
         }

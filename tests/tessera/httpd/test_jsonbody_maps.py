@@ -1,4 +1,4 @@
-"""The /filter reply's fast map encoding writes exactly what `json_bytes` writes, for any map."""
+"""The /filter and /prioritize replies' fast encodings write exactly what `json_bytes` writes."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tessera.httpd import json_bytes, string_map_json
-from tessera.scheduler.extender_types import ExtenderFilterResult
+from tessera.scheduler.extender_types import ExtenderFilterResult, HostPriority, host_priorities_json
 
 MESSAGES = ["tessera: not enough free GPU compute or GPU memory", "tessera: not enough free CPU", 'odd "quoted" \\ message é\u2028']
 node_names = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,30}", fullmatch=True)
@@ -37,3 +37,11 @@ def test_filter_reply_bytes_are_the_json_of_its_fields(
 ) -> None:
     result = ExtenderFilterResult(nodes=nodes, node_names=names, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable, error=error)
     assert result.to_json_bytes() == json_bytes(result.to_json())
+
+
+@given(st.lists(st.tuples(st.one_of(node_names, any_names), st.integers(min_value=0, max_value=10)), max_size=60))
+def test_prioritize_reply_bytes_are_the_json_of_its_entries(entries: list[tuple[str, int]]) -> None:
+    priorities = [HostPriority(host, score) for host, score in entries]
+    encoded = host_priorities_json(priorities)
+    assert encoded == json_bytes([p.to_json() for p in priorities])
+    assert [HostPriority.from_json(item) for item in json.loads(encoded)] == priorities
