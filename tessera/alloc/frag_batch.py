@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class VectorBatch:
             changed = np.array(self._changed, dtype=np.int64).reshape(-1, 4)
             free[changed[:, 0], changed[:, 1]] = changed[:, 2]
             gpu_memory[changed[:, 0], changed[:, 1]] = changed[:, 3]
-        return _expectation(measure, free, gpu_memory, valid, self._cpu, self._ram, self._models, list(self._model_sets))
+        return _expectation(measure, free, gpu_memory, valid, self._cpu, self._ram, self._models, list(self._model_sets)).tolist()  # type: ignore[no-any-return]
 
 
 def _expectation(
@@ -101,8 +102,8 @@ def _expectation(
     ram: Sequence[int] | np.ndarray,
     model_ids: Sequence[int] | np.ndarray,
     model_list: list[frozenset[str]],
-) -> list[float]:
-    """`FragmentationMeasure._sum` for every row of `free` / `gpu_memory` (items x GPUs)."""
+) -> np.ndarray:
+    """`FragmentationMeasure._sum` for every row of `free` / `gpu_memory` (items x GPUs), as float64."""
     tables = _tables(measure)
     idle = np.where(valid, free, 0).sum(axis=1)
     # (stranded milli, GPUs that fit) per demand and item, as `FragmentationMeasure._counts`
@@ -121,7 +122,7 @@ def _expectation(
     # one multiply and one add per row, in order: what the scalar loop does (np.sum would not)
     frag = np.add.accumulate(tables.weight[:, None] * counted, axis=0)[-1]
     frag[idle == 0] = 0.0
-    return frag.tolist()  # type: ignore[no-any-return]
+    return frag
 
 
 class _Tables:
@@ -161,7 +162,7 @@ class NodeVector:
     __slots__ = (
         "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
         "before_epoch", "before", "distinct", "no_placement", "uncapped", "free_cpu", "free_host_memory", "memo", "memo_epoch", "first",
-        "packed",
+        "packed", "host",
     )
 
     def __init__(self, node: NodeState) -> None:
@@ -200,6 +201,8 @@ class NodeVector:
         # free milli, free memory and `first` in one array, made here (at the node's change) so
         # that a batch stacks hundreds of nodes in C (`_stack`)
         self.packed = np.array([*self.free_milli, *self.free_memory, *self.first], dtype=np.int64)
+        # (usable GPUs, free CPU, free RAM): one row of a batch's host array, read in C (`_finish_shares`)
+        self.host = (len(self.free_milli), self.free_cpu, self.free_host_memory)
 
 
 _Pending = tuple[int, dict[int, Raw], int]  # (caller's position, memo, key)
@@ -273,9 +276,14 @@ class SimpleBatch:
         measure, pod, c = self._measure, self._pod, self._container
         vectors = self._vectors
         n = len(vectors)
-        lengths = np.array([len(v.free_milli) for v in vectors], dtype=np.int64)
+        # per node (usable GPUs, free CPU, free RAM) and model set, gathered in C
+        host = np.array(list(map(_HOST, vectors)), dtype=np.int64).reshape(n, 3)
+        lengths, cpu, ram = host[:, 0], host[:, 1], host[:, 2]
+        node_models = list(map(_MODELS, vectors))
+        model_index = {models: i for i, models in enumerate(dict.fromkeys(node_models))}
+        model_ids = np.fromiter(map(model_index.__getitem__, node_models), dtype=np.intp, count=n)
         width = max(1, int(lengths.max()))
-        stacked = _stack([v.packed for v in vectors], lengths, width)
+        stacked = _stack(list(map(_PACKED, vectors)), lengths, width)
         free, gpu_memory, first = stacked[:, 0, :], stacked[:, 1, :], stacked[:, 2, :].astype(bool)
         valid = np.arange(width) < lengths[:, None]
         need_memory = c.gpu_memory_mib or 0
@@ -288,21 +296,17 @@ class SimpleBatch:
         changed = np.arange(items)
         item_free[changed, positions] -= c.gpu_milli
         item_memory[changed, positions] -= need_memory
-        cpu = np.array([v.free_cpu for v in vectors], dtype=np.int64)
-        ram = np.array([v.free_host_memory for v in vectors], dtype=np.int64)
         after = np.zeros(len(take), dtype=bool)
         after[:items] = True
-        model_sets: dict[frozenset[str], int] = {}
-        model_ids = np.array([model_sets.setdefault(v.models, len(model_sets)) for v in vectors], dtype=np.intp)
         values = _expectation(
             measure, item_free, item_memory, valid[take],
             np.where(after, cpu[take] - pod.cpu_milli, cpu[take]), np.where(after, ram[take] - pod.memory_mib, ram[take]),
-            model_ids[take], list(model_sets),
-        ) if len(take) else []
-        for i, value in zip(unknown, values[items:]):
+            model_ids[take], list(model_index),
+        ) if len(take) else np.zeros(0)
+        for i, value in zip(unknown, values[items:].tolist()):
             vectors[i].before = value
             vectors[i].before_epoch = measure.epoch
-        chosen = _first_minimum(rows, [round(value, 6) for value in values[:items]], n)
+        chosen = _first_minimum(rows, values[:items], n)
         position_of = positions.tolist()
         for position, memo, key, vector, pick in zip(self._positions, self._memos, self._keys, vectors, chosen):
             if pick is None:
@@ -311,6 +315,11 @@ class SimpleBatch:
             item, best = pick
             k = position_of[item]
             results[position] = memo[key] = (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))
+
+
+_HOST = attrgetter("host")
+_MODELS = attrgetter("models")
+_PACKED = attrgetter("packed")
 
 
 def _stack(packed: Sequence[np.ndarray], lengths: np.ndarray, width: int) -> np.ndarray:
@@ -329,19 +338,32 @@ def _stack(packed: Sequence[np.ndarray], lengths: np.ndarray, width: int) -> np.
     return out
 
 
-def _first_minimum(rows: np.ndarray, rounded: list[float], count: int) -> list[tuple[int, float] | None]:
-    """Per row 0..count-1, (item, value) of its lowest rounded value, the earliest item on a tie
-    (the scalar loop's strict `<`); None for a row without items. `rows` is sorted (np.nonzero's
-    row-major order) and gives each item's row."""
+# Two values that round to the same 6 decimals differ by at most 1e-6 (and a few ulps): only the
+# items this close to their row's lowest raw value can share its rounded minimum.
+_ROUNDING_REACH = 2e-6
+
+
+def _first_minimum(rows: np.ndarray, values: np.ndarray, count: int) -> list[tuple[int, float] | None]:
+    """Per row 0..count-1, (item, value rounded to 6 decimals) of its lowest rounded value, the
+    earliest item on a tie (the scalar loop's strict `<` over `round(value, 6)`); None for a row
+    without items. `rows` is sorted (np.nonzero's row-major order) and gives each item's row.
+
+    `round` is monotonic, so a row's lowest rounded value is the rounding of its lowest value, and
+    only items within `_ROUNDING_REACH` of that can tie with it: those alone are rounded (in
+    Python, exactly as the scalar path rounds), about one per row instead of every item."""
     out: list[tuple[int, float] | None] = [None] * count
-    if not rounded:
+    if not len(values):
         return out
-    values = np.array(rounded, dtype=np.float64)
     starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-    minimum = np.minimum.reduceat(values, starts)
+    lowest = np.minimum.reduceat(values, starts)
     segment = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))
-    at_minimum = np.flatnonzero(values == minimum[segment])
-    _, first = np.unique(segment[at_minimum], return_index=True)
-    for item in at_minimum[first].tolist():
-        out[int(rows[item])] = (item, rounded[item])
+    near = np.flatnonzero(values <= lowest[segment] + _ROUNDING_REACH)
+    best: dict[int, tuple[int, float]] = {}
+    for item, row, value in zip(near.tolist(), rows[near].tolist(), values[near].tolist()):
+        rounded = round(value, 6)
+        found = best.get(row)
+        if found is None or rounded < found[1]:  # items come in order: strict keeps the earliest
+            best[row] = (item, rounded)
+    for row, pick in best.items():
+        out[row] = pick
     return out

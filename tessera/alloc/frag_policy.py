@@ -143,11 +143,21 @@ class _FragPolicyBase(ABC):
             return [self.evaluate(node, pod) for node in nodes]
         raws: list[_Raw | None] = []
         vectors: list[NodeVector] = []
-        pending = SimpleBatch(self._measure, pod) if self._simple_pod(pod) else None
+        measure = self._measure
+        pending = SimpleBatch(measure, pod) if self._simple_pod(pod) else None
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        pod_key, memo = self._pod_key(pod), self._memo
+        # `_vector` and `_memo`, inline: this loop runs once per node new to a pod shape
+        vectors_of, epoch, bucket, bucket_count = self._vectors, measure.epoch, measure.bucket, measure.bucket_count
+        family = self._pod_key(pod) * 4
         for node in nodes:
-            vector, key = memo(node, pod, pod_key)
+            vector = vectors_of.get(node.name)
+            if vector is None or vector.version != node.version:
+                vector = vectors_of[node.name] = NodeVector(node)
+            if vector.memo_epoch != epoch:
+                vector.memo = {}
+                vector.memo_epoch = epoch
+            free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
+            key = (family + (free_cpu >= cpu) * 2 + (free_memory >= memory)) * bucket_count + bucket(free_cpu - cpu, free_memory - memory)
             results = vector.memo
             raw = results.get(key)
             if raw is None:
@@ -383,7 +393,10 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         host_weight, model_weight, scarce_weight, band_scale = st.host_weight, st.model_weight, st.scarce_weight, st.band_scale
         lost_weight = band_scale + 1
         idle_key = st.prefer_fewer_idle
-        size_preference, evaluation = st.node_size_preference, self._evaluation
+        size_preference = st.node_size_preference
+        shared_keys = self._keys
+        if len(shared_keys) + len(placed) > _KEY_LIMIT:
+            shared_keys.clear()
         for i, node, host, loss, penalty in zip(placed, at, hosts, scarce, penalties):
             increase, choice, idle_after = cast(_Placed, raws[i])
             if host_weight:
@@ -396,7 +409,9 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             if reserved:
                 banded -= lost_weight * penalty / MILLI_PER_GPU
             fewer_idle = -float(idle_after) if idle_key else 0.0
-            out[i] = evaluation((float(banded), -float(size_preference * len(node.gpus)), 0.0, fewer_idle), choice)
+            # `_evaluation`, inline (its bound checked once above for the whole batch)
+            key = (float(banded), -float(size_preference * len(node.gpus)), 0.0, fewer_idle)
+            out[i] = Evaluation(shared_keys.setdefault(key, key), choice)
         return out
 
     def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw, host: float | None = None) -> Evaluation | FitFailure:

@@ -187,3 +187,33 @@ def test_host_stranding_of_many_nodes_equals_the_scalar_one(
     many = host.unfed_increase_many([g for g, _, _ in nodes], [c for _, c, _ in nodes], [m for _, _, m in nodes], gpu, cpu, memory)
     assert many == [host.unfed(g - gpu, c - cpu, m - memory) - host.unfed(g, c, m) for g, c, m in nodes]
     assert all(type(value) is float for value in many)
+
+
+def _first_minimum_reference(rows: list[int], values: list[float], count: int) -> list[tuple[int, float] | None]:
+    """The scalar path's choice: per row, the first item of the lowest `round(value, 6)`."""
+    out: list[tuple[int, float] | None] = [None] * count
+    for item, (row, value) in enumerate(zip(rows, values)):
+        rounded = round(value, 6)
+        found = out[row]
+        if found is None or rounded < found[1]:
+            out[row] = (item, rounded)
+    return out
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=5),
+            st.sampled_from([0.0, 12.5, 1234.5678905, 99999.0000004]),
+            st.integers(min_value=-30, max_value=30),
+        ),
+        max_size=40,
+    )
+)
+def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entries: list[tuple[int, float, int]]) -> None:
+    # values a few tenths of a millionth apart: some round together, some do not
+    entries = sorted(entries, key=lambda e: e[0])  # the batch's items come row by row
+    rows = [row for row, _, _ in entries]
+    values = [base + step * 1e-7 for _, base, step in entries]
+    got = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(values, dtype=np.float64), 6)
+    assert got == _first_minimum_reference(rows, values, 6)
