@@ -6,7 +6,8 @@ with trace pods through the same filter -> prioritize -> bind cycle kube-schedul
 measures:
 
 - filter+prioritize latency of probe pods with NodeNames (nodeCacheCapable), all nodes as
-  candidates, one request at a time: p50 / p90 / p99 / max;
+  candidates, one request at a time: p50 / p90 / p99 / max on the wire (`scale.WireClient`:
+  request bytes out to reply bytes in; this client's JSON work beside, as p50 / p99);
 - bind throughput: pods already filtered are bound by several client threads at once.
 
     nice python bench/extender.py [--nodes CSV] [--pods CSV] [--target 0.9] [--probes 500] [--slowest 10]
@@ -31,6 +32,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from scale import WireClient  # bench/ is the script's directory, first on sys.path
 
 from tessera.alloc import MILLI_PER_GPU, PodRequest
 from tessera.scheduler.simulate import trace_pod_manifest
@@ -164,23 +167,22 @@ def main() -> int:
         probes: list[tuple[float, float, int, PodRequest]] = []  # (filter+prioritize, filter, feasible, pod)
         server_cpu = cpu_seconds(proc.pid)
         epoch = mix_epoch(conn)
+        wire = WireClient(port, names)
+        with_json: list[float] = []
         for _ in range(args.probes):
             pod, request = next_request()
-            t0 = time.perf_counter()
-            result = conn.post("filter", {"Pod": pod, "NodeNames": names})
-            t1 = time.perf_counter()
-            feasible = result["NodeNames"] or []
-            if feasible:
-                conn.post("prioritize", {"Pod": pod, "NodeNames": feasible})
-            latencies.append(time.perf_counter() - t0)
-            filter_only.append(t1 - t0)
-            probes.append((latencies[-1], filter_only[-1], len(feasible), request))
+            probe = wire.probe(pod)
+            latencies.append(probe.wire)
+            filter_only.append(probe.filter_wire)
+            with_json.append(probe.with_json)
+            probes.append((probe.wire, probe.filter_wire, probe.feasible, request))
         server_cpu = cpu_seconds(proc.pid) - server_cpu
         epochs = mix_epoch(conn) - epoch
         print(f"filter+prioritize over HTTP, {len(names)} nodes / {capacity_gpus} GPUs, {args.probes} probes: "
               f"p50 {1000 * statistics.median(latencies):.2f} ms, p90 {1000 * pct(latencies, 0.9):.2f} ms, "
               f"p99 {1000 * pct(latencies, 0.99):.2f} ms, max {1000 * max(latencies):.2f} ms "
-              f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms); "
+              f"(filter alone p50 {1000 * statistics.median(filter_only):.2f} ms, p99 {1000 * pct(filter_only, 0.99):.2f} ms; "
+              f"with the client's JSON p50 {1000 * statistics.median(with_json):.2f} ms, p99 {1000 * pct(with_json, 0.99):.2f} ms); "
               f"extender CPU {1000 * server_cpu / args.probes:.2f} ms per filter+prioritize on average; "
               f"{epochs:.0f} workload-mix epoch changes during the probes")
         for total, filtered, count, request in sorted(probes, key=lambda p: p[0], reverse=True)[: args.slowest]:

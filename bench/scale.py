@@ -50,7 +50,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -86,6 +86,16 @@ class Client:
         meta = pod["metadata"]
         body = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
         return str(self.post("bind", json.dumps(body).encode())["Error"])
+
+
+class Probe(NamedTuple):
+    """One filter + prioritize cycle as `WireClient.probe` timed it (seconds)."""
+
+    feasible: int
+    filter_wire: float  # /filter alone, on the wire
+    wire: float  # /filter + /prioritize on the wire
+    with_json: float  # the same with this client's JSON encoding and decoding
+    best: str | None  # the node prioritize ranked first
 
 
 class WireClient:
@@ -130,17 +140,18 @@ class WireClient:
             raise RuntimeError(f"{verb}: {head.splitlines()[0]!r}: {reply[:200]!r}")
         return reply, elapsed
 
-    def probe(self, pod: dict[str, Any], names: bytes | None = None) -> tuple[int, float, float]:
-        """(feasible nodes, wire seconds, seconds with this client's JSON work)."""
+    def probe(self, pod: dict[str, Any], names: bytes | None = None) -> Probe:
         started = time.perf_counter()
         pod_json = json.dumps(pod, separators=(",", ":")).encode()
-        reply, wire = self.roundtrip("filter", b'{"Pod":' + pod_json + b',"NodeNames":' + (names or self.all_names) + b"}")
+        reply, filtered = self.roundtrip("filter", b'{"Pod":' + pod_json + b',"NodeNames":' + (names or self.all_names) + b"}")
         feasible = json.loads(reply)["NodeNames"] or []
+        wire = filtered
+        best = None
         if feasible:
             reply, second = self.roundtrip("prioritize", b'{"Pod":' + pod_json + b',"NodeNames":' + json.dumps(feasible, separators=(",", ":")).encode() + b"}")
-            json.loads(reply)
+            best = str(max(json.loads(reply), key=lambda s: s["Score"])["Host"])
             wire += second
-        return len(feasible), wire, time.perf_counter() - started
+        return Probe(len(feasible), filtered, wire, time.perf_counter() - started, best)
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -237,10 +248,10 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
             cpu0 = proc_status(proc.pid)["cpu_centis"]
             for _ in range(args.probes):
                 pod = next_pod("probe")
-                count, seconds, client_seconds = wire.probe(pod, candidates(mode))
-                feasible_counts.append(count)
-                latencies.append(seconds)
-                with_json.append(client_seconds)
+                probe = wire.probe(pod, candidates(mode))
+                feasible_counts.append(probe.feasible)
+                latencies.append(probe.wire)
+                with_json.append(probe.with_json)
                 pods.append(pod)
             cpu_ms = 10 * (proc_status(proc.pid)["cpu_centis"] - cpu0) / max(1, args.probes)
             prefix = "" if mode == "all" else "ks_"

@@ -217,3 +217,20 @@ def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entri
     values = [base + step * 1e-7 for _, base, step in entries]
     got = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(values, dtype=np.float64), 6)
     assert got == _first_minimum_reference(rows, values, 6)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(min_value=-1e7, max_value=1e7, allow_nan=False),
+            # exact halves at the seventh decimal and their neighbours: where a product's rounding could mislead
+            st.integers(min_value=-10**12, max_value=10**12).map(lambda k: (k + 0.5) / 1e6),
+            st.integers(min_value=-10**12, max_value=10**12).map(lambda k: float(np.nextafter((k + 0.5) / 1e6, np.inf))),
+        ),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_round6_is_pythons_round_bit_for_bit(values: list[float]) -> None:
+    got = frag_batch.round6(np.array(values, dtype=np.float64)).tolist()
+    assert [(v, str(v)) for v in got] == [(round(v, 6), str(round(v, 6))) for v in values]
