@@ -95,7 +95,6 @@ class Probe(NamedTuple):
     filter_wire: float  # /filter alone, on the wire
     wire: float  # /filter + /prioritize on the wire
     with_json: float  # the same with this client's JSON encoding and decoding
-    best: str | None  # the node prioritize ranked first
 
 
 class WireClient:
@@ -146,12 +145,11 @@ class WireClient:
         reply, filtered = self.roundtrip("filter", b'{"Pod":' + pod_json + b',"NodeNames":' + (names or self.all_names) + b"}")
         feasible = json.loads(reply)["NodeNames"] or []
         wire = filtered
-        best = None
         if feasible:
             reply, second = self.roundtrip("prioritize", b'{"Pod":' + pod_json + b',"NodeNames":' + json.dumps(feasible, separators=(",", ":")).encode() + b"}")
-            best = str(max(json.loads(reply), key=lambda s: s["Score"])["Host"])
+            json.loads(reply)
             wire += second
-        return Probe(len(feasible), filtered, wire, time.perf_counter() - started, best)
+        return Probe(len(feasible), filtered, wire, time.perf_counter() - started)
 
 
 def proc_status(pid: int) -> dict[str, int]:

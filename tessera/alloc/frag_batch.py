@@ -367,7 +367,8 @@ def _first_minimum(rows: np.ndarray, values: np.ndarray, count: int) -> list[tup
     segment = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))
     at_lowest = np.flatnonzero(rounded == lowest[segment])
     # the earliest item at the lowest value of each row: the first of its row among `at_lowest`
-    first = at_lowest[np.r_[True, segment[at_lowest][1:] != segment[at_lowest][:-1]]]
+    rows_at = segment[at_lowest]
+    first = at_lowest[np.r_[True, rows_at[1:] != rows_at[:-1]]]
     for item, row, value in zip(first.tolist(), rows[first].tolist(), rounded[first].tolist()):
         out[row] = (item, value)
     return out
