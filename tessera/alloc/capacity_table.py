@@ -10,10 +10,16 @@ millions of objects), the floor under every such request at 1213 nodes (docs/ben
 Rows are written when a node changes (`EvaluationCache.prepare`, called by `Cluster` on every
 change), so they describe the node's current version. A node never prepared, or forgotten, has
 no current row: it is answered `UNDECIDED` and goes the per-node way, which checks versions.
+
+A row also keeps the node's interned state (`EvaluationCache._intern`), so that the nodes that
+pass are looked up in the by-state cache straight from the array, without a walk over their
+objects (at 5,000 nodes a pod shape new to hundreds of candidates paid ~8 us per node for that
+walk, docs/benchmarks.md).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -22,7 +28,7 @@ from tessera.alloc.assign import Capacity, Demand
 PASS, CPU, MEMORY, GPU, UNDECIDED = 0, 1, 2, 3, 4
 """`codes` values: no certain failure, `Demand.reject`'s three answers, and no current row."""
 
-_FIELDS = ("cpu", "memory", "idle", "max_milli", "max_memory", "share_room", "current")
+_FIELDS = ("cpu", "memory", "idle", "max_milli", "max_memory", "share_room", "state", "current")
 
 
 class CapacityTable:
@@ -34,10 +40,11 @@ class CapacityTable:
         self._max_milli = np.zeros(size, dtype=np.int64)
         self._max_memory = np.zeros(size, dtype=np.int64)
         self._share_room = np.zeros(size, dtype=bool)
+        self._state = np.full(size, -1, dtype=np.int64)
         self._current = np.zeros(size, dtype=bool)
 
-    def set(self, name: str, capacity: Capacity) -> None:
-        """`name`'s current capacity."""
+    def set(self, name: str, capacity: Capacity, state: int = -1) -> None:
+        """`name`'s current capacity and interned state (-1: not known)."""
         row = self._row.get(name)
         if row is None:
             row = self._row[name] = len(self._row)
@@ -49,6 +56,7 @@ class CapacityTable:
         self._max_milli[row] = capacity.max_free_milli
         self._max_memory[row] = capacity.max_free_memory_mib
         self._share_room[row] = capacity.share_room
+        self._state[row] = state
         self._current[row] = True
 
     def forget(self, name: str) -> None:
@@ -64,9 +72,13 @@ class CapacityTable:
         """Per name, in order: `Demand.reject`'s answer as a code (`PASS` where it has none),
         `UNDECIDED` without a current row. `demand` must not name GPU models (the model test
         needs each node's model set)."""
+        return self.lookup(names, demand)[0]
+
+    def lookup(self, names: Sequence[str], demand: Demand) -> tuple[np.ndarray, np.ndarray]:
+        """`codes`, and per name the interned state of its current row (-1 where it has none
+        or its state was not given)."""
         assert demand.models is None
-        get = self._row.get
-        rows = np.fromiter([get(name, -1) for name in names], dtype=np.intp, count=len(names))
+        rows = np.fromiter(map(self._row.get, names, repeat(-1)), dtype=np.intp, count=len(names))
         known = rows >= 0
         rows = np.where(known, rows, 0)
         gpu = demand.whole_gpus > self._idle[rows]
@@ -76,11 +88,12 @@ class CapacityTable:
         code = np.where(gpu, GPU, PASS)
         code = np.where(self._memory[rows] < demand.memory_mib, MEMORY, code)
         code = np.where(self._cpu[rows] < demand.cpu_milli, CPU, code)
-        return np.where(known & self._current[rows], code, UNDECIDED)
+        current = known & self._current[rows]
+        return np.where(current, code, UNDECIDED), np.where(current, self._state[rows], -1)
 
     def _grow(self) -> None:
         for field in _FIELDS:
             old = getattr(self, "_" + field)
-            new = np.zeros(2 * len(old), dtype=old.dtype)
+            new = np.full(2 * len(old), -1 if field == "state" else 0, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, "_" + field, new)

@@ -29,7 +29,8 @@ Not thread-safe: callers serialise (the extender's state lock).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import cast
 
 import numpy as np
 
@@ -81,9 +82,9 @@ class EvaluationCache:
         info = self._info.get(node.name)
         if info is None or info.version != node.version:
             info = self._info[node.name] = _NodeInfo(node.version, capacity_of(node))
-        self._table.set(node.name, info.capacity)
         if info.state < 0:
             info.state = self._intern(node)
+        self._table.set(node.name, info.capacity, info.state)
 
     def forget(self, name: str) -> None:
         """The node was replaced or removed: its per-node results must not be served again."""
@@ -116,17 +117,29 @@ class EvaluationCache:
             return out
         key = self._key_id(impl, pod)
         demand = Demand.of(pod) if impl.standard_fit else None
+        by_state = self._by_state
+        # nodes that passed the table's rejections, by their row's state (shortcut 3 straight
+        # from the array): their names and states, and the names of those no state has a result for
+        rowed: list[str] = []
+        rowed_states: list[int] = []
         if demand is not None and demand.models is None:
             names = names if isinstance(names, list) else list(names)
             if len(names) >= _TABLE_MIN:
                 # shortcut 1 for every node at once; the loop below gets the others
-                codes = self._table.codes(names, demand)
+                codes, states = self._table.lookup(names, demand)
                 out = dict(zip(names, map(_DECIDED.__getitem__, codes.tolist())))  # type: ignore[arg-type]  # None: placeholder in order
-                names = [names[i] for i in np.flatnonzero((codes == PASS) | (codes == UNDECIDED)).tolist()]
-                if not (codes == UNDECIDED).any():
+                passed = np.flatnonzero((codes == PASS) & (states >= 0)).tolist()
+                if passed:
+                    rowed = [names[i] for i in passed]
+                    rowed_states = states[passed].tolist()
+                    look_up = cast(Callable[[int], Result | None], by_state.get)
+                    out.update(zip(rowed, map(look_up, map((key << 40).__or__, rowed_states))))  # type: ignore[arg-type]  # None: placeholder
+                undecided = codes == UNDECIDED
+                names = [names[i] for i in np.flatnonzero(undecided | ((codes == PASS) & (states < 0))).tolist()]
+                if not undecided.any():
                     demand = None  # every name left passed it already
         # the shortcuts in order, inline: this loop runs once per candidate node of every new pod shape
-        info_of, by_state = self._info, self._by_state
+        info_of = self._info
         missing: list[NodeState] = []  # and their infos: parallel lists, no tuple per node
         missing_info: list[_NodeInfo] = []
         for name in names:
@@ -156,19 +169,31 @@ class EvaluationCache:
             out[name] = None  # type: ignore[assignment]  # placeholder: keeps the order of `names`
             missing.append(node)
             missing_info.append(info)
-        if missing:
-            # one evaluation per state, as the by-state cache gives one by one
-            todo: dict[int, NodeState] = {}
-            for node, info in zip(missing, missing_info):
-                todo.setdefault(info.state, node)
+        # one evaluation per state, as the by-state cache gives one by one
+        todo: dict[int, NodeState] = {}
+        rowed_missing: list[tuple[str, int]] = []
+        for name, state in zip(rowed, rowed_states):
+            if out[name] is None:
+                node = nodes.get(name)
+                if node is None:  # a row is dropped (`forget`) when its node goes: not reached
+                    out[name] = unknown
+                    continue
+                todo.setdefault(state, node)
+                rowed_missing.append((name, state))
+        for node, info in zip(missing, missing_info):
+            todo.setdefault(info.state, node)
+        if todo:
             batch = getattr(impl, "evaluate_many", None)
             nodes_todo = list(todo.values())
             results = batch(nodes_todo, pod) if batch is not None else [impl.evaluate(node, pod) for node in nodes_todo]
             if len(by_state) + len(todo) > _STATE_CACHE_LIMIT:
                 by_state.clear()
             answers = dict(zip(todo, results))
+            base = key << 40
             for state, result in answers.items():
-                by_state[key << 40 | state] = result
+                by_state[base | state] = result
+            for name, state in rowed_missing:
+                out[name] = answers[state]
             for node, info in zip(missing, missing_info):
                 result = answers[info.state]
                 results_of = info.results

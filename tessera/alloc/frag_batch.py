@@ -13,21 +13,24 @@ is added row by row in the shapes' order, one float64 multiply and one add per r
 the IEEE operations the scalar `_sum` performs in the same order (numpy's pairwise `sum` would
 round differently and is not used for it). `tests/tessera/alloc/test_frag_batch.py` compares
 the two on random states.
+
+Also here, as exact array forms of the scalar path's steps: the per-node choice among rounded
+values (`round6`, `_first_minimum`) and FGD's sigmoid score (`sigmoid_scores`). The batch over
+nodes that uses them is `frag_simple`.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
-from tessera.alloc.assign import Assignment, one_gpu
+from tessera.alloc.assign import Assignment
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
-from tessera.alloc.model import FitFailure, NodeState, PodRequest
+from tessera.alloc.model import MILLI_PER_GPU, FitFailure
 
 Raw = tuple[float, Assignment, int] | FitFailure  # (fragmentation increase, GPUs, idle GPUs left)
-
 
 
 class VectorBatch:
@@ -156,188 +159,6 @@ def measure_many(measure: FragmentationMeasure, items: Sequence[tuple[frozenset[
     return batch.values(measure)
 
 
-class NodeVector:
-    """What the simple path reads of one version of a node, computed once per version."""
-
-    __slots__ = (
-        "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
-        "before_epoch", "before", "distinct", "no_placement", "uncapped", "free_cpu", "free_host_memory", "memo", "memo_epoch", "first",
-        "packed", "host",
-    )
-
-    def __init__(self, node: NodeState) -> None:
-        healthy = [g for g in node.gpus if g.healthy]
-        self.version = node.version
-        self.free_cpu = node.free_cpu_milli
-        self.free_host_memory = node.free_memory_mib
-        # the policy's memo of `_evaluate` results for this version (`_FragPolicyBase._memo`),
-        # valid under the measure epoch `memo_epoch`
-        self.memo: dict[int, Raw] = {}
-        self.memo_epoch = -1
-        self.indices = [g.index for g in healthy]
-        self.free: list[GpuFree] = [(g.free_milli, g.free_memory_mib) for g in healthy]
-        self.free_milli = [f for f, _ in self.free]
-        self.free_memory = [m for _, m in self.free]
-        self.free_total = sum(self.free_milli)
-        self.idle = [g.idle for g in healthy]
-        self.models = node.models
-        self.idle_count = sum(self.idle)
-        self.offline = any(g.offline_milli for g in node.gpus)
-        # read from the labels once per version (a label change makes a new version)
-        self.no_placement = node.gpu_placement is None
-        self.uncapped = node.max_shares_per_gpu is None
-        self.before_epoch = -1  # the measure epoch `before` was computed under; -1: not yet
-        self.before = 0.0  # the node's fragmentation as it is
-        # (position, free milli, free memory) of the first GPU of each distinct free value: the
-        # candidates for a share (GPUs in the same state are interchangeable; the lowest index wins)
-        seen: set[GpuFree] = set()
-        self.distinct: list[tuple[int, int, int]] = []
-        self.first: list[bool] = []  # per position: the first GPU of its free value
-        for k, (f, m) in enumerate(self.free):
-            self.first.append((f, m) not in seen)
-            if (f, m) not in seen:
-                seen.add((f, m))
-                self.distinct.append((k, f, m))
-        # free milli, free memory and `first` in one array, made here (at the node's change) so
-        # that a batch stacks hundreds of nodes in C (`_stack`)
-        self.packed = np.array([*self.free_milli, *self.free_memory, *self.first], dtype=np.int64)
-        # (usable GPUs, free CPU, free RAM): one row of a batch's host array, read in C (`_finish_shares`)
-        self.host = (len(self.free_milli), self.free_cpu, self.free_host_memory)
-
-
-_Pending = tuple[int, dict[int, Raw], int]  # (caller's position, memo, key)
-
-
-class SimpleBatch:
-    """The fragmentation policies' simple path (`_evaluate_simple`: one container, no model or
-    co-location preference) for many nodes and one pod, picking each node's GPU exactly as the
-    scalar path does (lowest index among equal rounded values).
-
-    A share pod (the tail: a new share meets hundreds of nodes) is done in arrays end to end:
-    the candidate GPUs of every node (the first GPU of each distinct free value with the share
-    free) are found, changed, measured and chosen in numpy; Python touches each node once, to
-    build its result. A whole-GPU pod (it fits few nodes at load) goes item by item through a
-    `VectorBatch`."""
-
-    def __init__(self, measure: FragmentationMeasure, pod: PodRequest) -> None:
-        self._measure = measure
-        self._pod = pod
-        self._container = pod.gpu_containers[0]
-        self._batch = VectorBatch()
-        # whole-GPU pod: (pending, vector, item of `before` or -1, the item: the GPUs it takes)
-        self._whole: list[tuple[_Pending, NodeVector, int, int, tuple[int, ...]]] = []
-        # share pod: one entry per node in each list (parallel lists, not a tuple per node: at
-        # hundreds of nodes each tracked tuple more adds to the young collections in a request)
-        self._positions: list[int] = []
-        self._memos: list[dict[int, Raw]] = []
-        self._keys: list[int] = []
-        self._vectors: list[NodeVector] = []
-        self._failed: list[_Pending] = []
-
-    def add(self, position: int, vector: NodeVector, memo: dict[int, Raw], key: int) -> None:
-        """The node of `vector` (which passed `host_fit`) at `position` of the caller's list; its
-        result goes into `memo[key]` too."""
-        c, pod = self._container, self._pod
-        if not c.whole:
-            self._positions.append(position)
-            self._memos.append(memo)
-            self._keys.append(key)
-            self._vectors.append(vector)
-            return
-        positions = [k for k, is_idle in enumerate(vector.idle) if is_idle][: c.gpu_count]
-        if len(positions) < c.gpu_count:
-            self._failed.append((position, memo, key))
-            return
-        batch = self._batch
-        base = batch.base(vector.free_milli, vector.free_memory)
-        item = batch.item(base, vector.models, vector.free_cpu - pod.cpu_milli, vector.free_host_memory - pod.memory_mib, [(k, (0, 0)) for k in positions])
-        before = -1
-        if vector.before_epoch != self._measure.epoch:
-            before = batch.item(base, vector.models, vector.free_cpu, vector.free_host_memory)
-        self._whole.append(((position, memo, key), vector, before, item, tuple(vector.indices[k] for k in positions)))
-
-    def finish(self, results: list[Raw | None]) -> None:
-        """The result of every node added: into `results[position]` and its memo."""
-        for position, memo, key in self._failed:
-            results[position] = memo[key] = FitFailure.GPU
-        epoch = self._measure.epoch
-        if self._whole:
-            values = self._batch.values(self._measure)
-            count = self._container.gpu_count
-            for (position, memo, key), vector, before_item, item, taken in self._whole:
-                if before_item >= 0:
-                    vector.before = values[before_item]
-                    vector.before_epoch = epoch
-                results[position] = memo[key] = (values[item] - vector.before, (taken,), vector.idle_count - count)
-        if self._vectors:
-            self._finish_shares(results)
-
-    def _finish_shares(self, results: list[Raw | None]) -> None:
-        measure, pod, c = self._measure, self._pod, self._container
-        vectors = self._vectors
-        n = len(vectors)
-        # per node (usable GPUs, free CPU, free RAM) and model set, gathered in C
-        host = np.array(list(map(_HOST, vectors)), dtype=np.int64).reshape(n, 3)
-        lengths, cpu, ram = host[:, 0], host[:, 1], host[:, 2]
-        node_models = list(map(_MODELS, vectors))
-        model_index = {models: i for i, models in enumerate(dict.fromkeys(node_models))}
-        model_ids = np.fromiter(map(model_index.__getitem__, node_models), dtype=np.intp, count=n)
-        width = max(1, int(lengths.max()))
-        stacked = _stack(list(map(_PACKED, vectors)), lengths, width)
-        free, gpu_memory, first = stacked[:, 0, :], stacked[:, 1, :], stacked[:, 2, :].astype(bool)
-        valid = np.arange(width) < lengths[:, None]
-        need_memory = c.gpu_memory_mib or 0
-        rows, positions = np.nonzero(first & valid & (free >= c.gpu_milli) & (gpu_memory >= need_memory))
-        items = len(rows)
-        # the nodes whose fragmentation before is not known under this epoch, measured alongside
-        unknown = [i for i, v in enumerate(vectors) if v.before_epoch != measure.epoch]
-        take = np.concatenate([rows, np.array(unknown, dtype=np.intp)])
-        item_free, item_memory = free[take], gpu_memory[take]
-        changed = np.arange(items)
-        item_free[changed, positions] -= c.gpu_milli
-        item_memory[changed, positions] -= need_memory
-        after = np.zeros(len(take), dtype=bool)
-        after[:items] = True
-        values = _expectation(
-            measure, item_free, item_memory, valid[take],
-            np.where(after, cpu[take] - pod.cpu_milli, cpu[take]), np.where(after, ram[take] - pod.memory_mib, ram[take]),
-            model_ids[take], list(model_index),
-        ) if len(take) else np.zeros(0)
-        for i, value in zip(unknown, values[items:].tolist()):
-            vectors[i].before = value
-            vectors[i].before_epoch = measure.epoch
-        chosen = _first_minimum(rows, values[:items], n)
-        position_of = positions.tolist()
-        for position, memo, key, vector, pick in zip(self._positions, self._memos, self._keys, vectors, chosen):
-            if pick is None:
-                results[position] = memo[key] = FitFailure.GPU
-                continue
-            item, best = pick
-            k = position_of[item]
-            results[position] = memo[key] = (best - vector.before, one_gpu(vector.indices[k]), vector.idle_count - (1 if vector.idle[k] else 0))
-
-
-_HOST = attrgetter("host")
-_MODELS = attrgetter("models")
-_PACKED = attrgetter("packed")
-
-
-def _stack(packed: Sequence[np.ndarray], lengths: np.ndarray, width: int) -> np.ndarray:
-    """The `NodeVector.packed` arrays (free milli, free memory, first; `lengths` GPUs each) as
-    an (nodes x 3 x width) int64 array, short nodes padded with 0."""
-    n = len(packed)
-    flat = np.concatenate(packed) if n else np.zeros(0, dtype=np.int64)
-    if n and int(lengths.min()) == width:
-        return flat.reshape(n, 3, width)
-    out = np.zeros((n, 3, width), dtype=np.int64)
-    sizes = 3 * lengths
-    starts = np.cumsum(sizes) - sizes
-    at = np.arange(len(flat)) - np.repeat(starts, sizes)
-    gpus = np.repeat(lengths, sizes)
-    out[np.repeat(np.arange(n), sizes), at // np.maximum(gpus, 1), at % np.maximum(gpus, 1)] = flat
-    return out
-
-
 def round6(values: np.ndarray) -> np.ndarray:
     """`round(value, 6)` of each value, bit for bit what Python's `round` gives.
 
@@ -354,13 +175,13 @@ def round6(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _first_minimum(rows: np.ndarray, values: np.ndarray, count: int) -> list[tuple[int, float] | None]:
-    """Per row 0..count-1, (item, value rounded to 6 decimals) of its lowest rounded value, the
-    earliest item on a tie (the scalar loop's strict `<` over `round(value, 6)`); None for a row
-    without items. `rows` is sorted (np.nonzero's row-major order) and gives each item's row."""
-    out: list[tuple[int, float] | None] = [None] * count
+def _first_minimum(rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, item, value rounded to 6 decimals) of each row's lowest rounded value, the earliest
+    item on a tie (the scalar loop's strict `<` over `round(value, 6)`), for the rows that have
+    items, in row order. `rows` is sorted (np.nonzero's row-major order) and gives each item's row."""
     if not len(values):
-        return out
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty, np.zeros(0)
     rounded = round6(values)
     starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
     lowest = np.minimum.reduceat(rounded, starts)
@@ -369,6 +190,30 @@ def _first_minimum(rows: np.ndarray, values: np.ndarray, count: int) -> list[tup
     # the earliest item at the lowest value of each row: the first of its row among `at_lowest`
     rows_at = segment[at_lowest]
     first = at_lowest[np.r_[True, rows_at[1:] != rows_at[:-1]]]
-    for item, row, value in zip(first.tolist(), rows[first].tolist(), rounded[first].tolist()):
-        out[row] = (item, value)
+    return rows[first], first, rounded[first]
+
+
+def sigmoid_score(increase: float, scale: float = 100.0) -> int:
+    """FGD's node score: 0..scale, scale / 2 for no change, lower as fragmentation grows."""
+    x = -increase / MILLI_PER_GPU
+    return int(scale / (1.0 + math.exp(-x))) if x > -700 else 0
+
+
+_vector_exp = np.exp  # a seam: tests put an exp a few ulps off here, as some CPUs' vector exp is
+
+
+def sigmoid_scores(increases: np.ndarray, scale: float = 100.0) -> np.ndarray:
+    """`float(sigmoid_score(increase, scale))` of each increase, bit for bit.
+
+    numpy's `exp` may differ from the C library's (which `math.exp` calls) in the last bit, and
+    that moves `int(...)` only when the quotient lies within a few ulps of an integer: those
+    (no change gives exactly scale / 2, a large decrease exactly scale) are scored by
+    `sigmoid_score` itself."""
+    x = -increases / MILLI_PER_GPU
+    with np.errstate(over="ignore"):
+        quotient = scale / (1.0 + _vector_exp(-x))
+    out = np.floor(quotient)  # int() of a non-negative quotient
+    out[x <= -700] = 0.0
+    for i in np.flatnonzero(np.abs(quotient - np.rint(quotient)) <= 1e-9 * np.maximum(quotient, 1.0)).tolist():
+        out[i] = float(sigmoid_score(float(increases[i]), scale))
     return out

@@ -27,10 +27,16 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import cast
 
+import numpy as np
+
 from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
-from tessera.alloc.frag_batch import NodeVector, Raw, SimpleBatch
+from tessera.alloc import frag_simple as fs
+from tessera.alloc.frag_batch import Raw, sigmoid_score, sigmoid_scores
+from tessera.alloc.frag_simple import NodeVector, SimpleBatch
 from tessera.alloc.frag_settings import FragAwareSettings
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
 from tessera.alloc.interning import IdTable
@@ -47,6 +53,7 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
 
 _Raw = Raw
 _Placed = tuple[float, Assignment, int]  # a `Raw` that is not a failure
+_INCREASE, _CHOICE = itemgetter(0), itemgetter(1)
 _FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
 # nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms): a
 # whole-GPU pod's scalar evaluation of a node it has not seen is 100-200 us (the measure's memo
@@ -136,45 +143,43 @@ class _FragPolicyBase(ABC):
 
     def evaluate_many(self, nodes: Sequence[NodeState], pod: PodRequest) -> list[Evaluation | FitFailure]:
         """`[self.evaluate(node, pod) for node in nodes]`, equal result for result, with the
-        fragmentation of every node on the simple path measured in one vectorised pass
-        (`frag_batch`) and the final terms of the fragmentation-aware score computed together
-        (`_finish_many`): a shape meeting hundreds of candidate nodes it has not been scored on."""
+        nodes' vectors stacked into arrays once (`frag_simple`): the memo keys are computed
+        together, every node on the simple path is measured in one vectorised pass, and the
+        final terms of the fragmentation-aware score are computed together (`_finish_many`): a
+        shape meeting hundreds of candidate nodes it has not been scored on."""
         if len(nodes) < _BATCH_MIN:
             return [self.evaluate(node, pod) for node in nodes]
-        raws: list[_Raw | None] = []
-        vectors: list[NodeVector] = []
         measure = self._measure
-        pending = SimpleBatch(measure, pod) if self._simple_pod(pod) else None
+        vectors = fs.current_vectors(self._vectors, nodes, measure.epoch)
+        host, gpus = fs.stack(vectors)
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        # `_vector` and `_memo`, inline: this loop runs once per node new to a pod shape
-        vectors_of, epoch, bucket, bucket_count = self._vectors, measure.epoch, measure.bucket, measure.bucket_count
-        family = self._pod_key(pod) * 4
-        for node in nodes:
-            vector = vectors_of.get(node.name)
-            if vector is None or vector.version != node.version:
-                vector = vectors_of[node.name] = NodeVector(node)
-            if vector.memo_epoch != epoch:
-                vector.memo = {}
-                vector.memo_epoch = epoch
-            free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
-            key = (family + (free_cpu >= cpu) * 2 + (free_memory >= memory)) * bucket_count + bucket(free_cpu - cpu, free_memory - memory)
-            results = vector.memo
-            raw = results.get(key)
-            if raw is None:
-                if len(results) >= _FAMILY_LIMIT:
-                    results.clear()
-                if pending is not None and vector.free_cpu >= cpu and vector.free_host_memory >= memory and self._simple_node(node, vector):
-                    pending.add(len(raws), vector, results, key)
+        free_cpu, free_memory = host[:, fs.FREE_CPU], host[:, fs.FREE_MEMORY]
+        host_fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
+        # `_memo`'s keys, computed together
+        keys = ((self._pod_key(pod) * 4 + host_fits) * measure.bucket_count + measure.bucket_many(free_cpu - cpu, free_memory - memory)).tolist()
+        memos = fs.memos_of(vectors)
+        raws: list[_Raw | None] = list(map(dict.get, memos, keys))
+        missing = [i for i, raw in enumerate(raws) if raw is None]
+        if missing:
+            simple = np.zeros(len(nodes), dtype=bool)
+            if self._simple_pod(pod):
+                simple = (host_fits == 3) & (host[:, fs.SIMPLE] == 1)
+                if not self.faithful:
+                    simple &= host[:, fs.NO_PLACEMENT] == 1
+            batch: list[int] = []
+            for i in missing:
+                if len(memos[i]) >= _FAMILY_LIMIT:
+                    memos[i].clear()
+                if simple[i]:
+                    batch.append(i)
                 else:
-                    raw = results[key] = self._evaluate(node, pod)
-            raws.append(raw)
-            vectors.append(vector)
-        if pending is not None:
-            pending.finish(raws)
-        return self._finish_many(nodes, pod, raws, vectors)  # type: ignore[arg-type]
+                    raws[i] = memos[i][keys[i]] = self._evaluate(nodes[i], pod)
+            if batch:
+                SimpleBatch(measure, pod).run(batch, vectors, host, gpus, memos, keys, raws)
+        return self._finish_many(nodes, pod, raws, host)  # type: ignore[arg-type]
 
-    def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], vectors: Sequence[NodeVector]) -> list[Evaluation | FitFailure]:
-        """`_finish` of every node (`vectors`: their `NodeVector`s)."""
+    def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
+        """`_finish` of every node (`host`: their `frag_simple.stack` host columns)."""
         return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
 
     def _simple_pod(self, pod: PodRequest) -> bool:
@@ -289,12 +294,6 @@ class FgdPolicy(_FragPolicyBase):
         return self._evaluation((float(sigmoid_score(increase)),), choice)
 
 
-def sigmoid_score(increase: float, scale: float = 100.0) -> int:
-    """FGD's node score: 0..100, 50 for no change, lower as fragmentation grows."""
-    x = -increase / MILLI_PER_GPU
-    return int(scale / (1.0 + math.exp(-x))) if x > -700 else 0
-
-
 class FragmentationAwarePolicy(_FragPolicyBase):
     """Tessera's default node policy (see module docstring)."""
 
@@ -366,10 +365,11 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             (MILLI_PER_GPU if c.whole else c.gpu_milli) * cost(model[i]) for c, indices in zip(pod.gpu_containers, choice) for i in indices
         )
 
-    def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], vectors: Sequence[NodeVector]) -> list[Evaluation | FitFailure]:
-        """`_finish` of every node, with what depends only on the pod decided once and the host,
-        scarce and reservation terms computed over all nodes together; the same float
-        operations in the same order as `_finish` (so the same bits)."""
+    def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
+        """`_finish` of every node, with what depends only on the pod decided once and the
+        score terms computed over all nodes together, from the nodes' host columns where they
+        hold the figure (`frag_simple.stack`); the same float operations in the same order as
+        `_finish` (so the same bits)."""
         st = self.settings
         if not st.sigmoid_bands or st.prefer_in_use:
             return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
@@ -377,41 +377,36 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         out: list[Evaluation | FitFailure] = list(raws)  # type: ignore[arg-type]  # the failures stay
         if not placed:
             return out
+        n = len(placed)
         at = [nodes[i] for i in placed]
-        choices = [cast(_Placed, raws[i])[1] for i in placed]
-        hosts: Sequence[float] = [0.0] * len(placed)
+        found = cast(list[_Placed], [raws[i] for i in placed])
+        choices = list(map(_CHOICE, found))
+        # each term added in `_finish`'s order, element by element: the same float operations
+        increases = np.fromiter(map(_INCREASE, found), dtype=np.float64, count=n)
+        rows = host[placed]
         if st.host_weight:
-            chosen = [vectors[i] for i in placed]
-            hosts = self._host.unfed_increase_many(
-                [v.free_total for v in chosen], [v.free_cpu for v in chosen], [v.free_host_memory for v in chosen],
-                pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib,
+            increases = increases + st.host_weight * self._host.unfed_increase_many(
+                rows[:, fs.FREE_TOTAL], rows[:, fs.FREE_CPU], rows[:, fs.FREE_MEMORY], pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib
             )
-        scarce: Sequence[float] = self._reserve.scarce_losses(at, pod, choices) if st.scarce_weight else [0.0] * len(placed)
-        reserved = bool(self._reserve.active)
-        penalties: Sequence[float] = self._reserve.penalties(at, pod, choices) if reserved else [0.0] * len(placed)
-        models = bool(st.model_weight and self._pressure)
-        host_weight, model_weight, scarce_weight, band_scale = st.host_weight, st.model_weight, st.scarce_weight, st.band_scale
-        lost_weight = band_scale + 1
-        idle_key = st.prefer_fewer_idle
-        size_preference = st.node_size_preference
+        if st.model_weight and self._pressure:
+            increases = increases + st.model_weight * np.array([self._model_cost(node, pod, choice) for node, choice in zip(at, choices)], dtype=np.float64)
+        if st.scarce_weight:
+            increases = increases + st.scarce_weight * np.array(self._reserve.scarce_losses(at, pod, choices), dtype=np.float64)
+        banded = sigmoid_scores(increases, st.band_scale)
+        if self._reserve.active:
+            banded = banded - (st.band_scale + 1) * np.array(self._reserve.penalties(at, pod, choices), dtype=np.float64) / MILLI_PER_GPU
+        sizes = (-(st.node_size_preference * rows[:, fs.GPU_COUNT]).astype(np.float64)).tolist()
+        fewer_idle = [-float(idle) for _, _, idle in found] if st.prefer_fewer_idle else repeat(0.0)
         shared_keys = self._keys
-        if len(shared_keys) + len(placed) > _KEY_LIMIT:
+        if len(shared_keys) + n > _KEY_LIMIT:
             shared_keys.clear()
-        for i, node, host, loss, penalty in zip(placed, at, hosts, scarce, penalties):
-            increase, choice, idle_after = cast(_Placed, raws[i])
-            if host_weight:
-                increase += host_weight * host
-            if models:
-                increase += model_weight * self._model_cost(node, pod, choice)
-            if scarce_weight:
-                increase += scarce_weight * loss
-            banded = float(sigmoid_score(increase, band_scale))
-            if reserved:
-                banded -= lost_weight * penalty / MILLI_PER_GPU
-            fewer_idle = -float(idle_after) if idle_key else 0.0
-            # `_evaluation`, inline (its bound checked once above for the whole batch)
-            key = (float(banded), -float(size_preference * len(node.gpus)), 0.0, fewer_idle)
-            out[i] = Evaluation(shared_keys.setdefault(key, key), choice)
+        shared = shared_keys.setdefault
+        # `_evaluation`, inline (its bound checked once above for the whole batch)
+        evaluations = [Evaluation(shared(key, key), choice) for key, choice in zip(zip(banded.tolist(), sizes, repeat(0.0), fewer_idle), choices)]
+        if n == len(raws):
+            return evaluations  # type: ignore[return-value]
+        for i, evaluation in zip(placed, evaluations):
+            out[i] = evaluation
         return out
 
     def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw, host: float | None = None) -> Evaluation | FitFailure:

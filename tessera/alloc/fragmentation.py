@@ -71,16 +71,22 @@ class HostDemand:
         return free_gpu_milli - feed
 
     def unfed_increase_many(
-        self, free_gpu_milli: Sequence[int], free_cpu: Sequence[int], free_memory: Sequence[int], gpu_milli: int, cpu: int, memory: int
-    ) -> list[float]:
+        self,
+        free_gpu_milli: Sequence[int] | np.ndarray,
+        free_cpu: Sequence[int] | np.ndarray,
+        free_memory: Sequence[int] | np.ndarray,
+        gpu_milli: int,
+        cpu: int,
+        memory: int,
+    ) -> np.ndarray:
         """`unfed(g - gpu_milli, c - cpu, m - memory) - unfed(g, c, m)` for every (g, c, m),
-        computed together; bit for bit the scalar values (the same IEEE operations, element by
-        element: int to float64, divide, min, subtract)."""
+        computed together as float64; bit for bit the scalar values (the same IEEE operations,
+        element by element: int to float64, divide, min, subtract)."""
         gpus = np.array(free_gpu_milli, dtype=np.int64)
         cpus = np.array(free_cpu, dtype=np.int64)
         memories = np.array(free_memory, dtype=np.int64)
         after = self._unfed_array(gpus - gpu_milli, cpus - cpu, memories - memory)
-        return (after - self._unfed_array(gpus, cpus, memories)).tolist()  # type: ignore[no-any-return]
+        return after - self._unfed_array(gpus, cpus, memories)
 
     def _unfed_array(self, gpus: np.ndarray, cpus: np.ndarray, memories: np.ndarray) -> np.ndarray:
         feed = gpus.astype(np.float64)
@@ -125,6 +131,7 @@ class FragmentationMeasure:
         self._shapes = tuple(_Shape(s.count, s.milli, s.gpu_memory, s.cpu, s.memory, s.models, s.weight / total) for s in shapes)
         self._cpu_cuts = sorted({s.cpu for s in self._shapes})
         self._mem_cuts = sorted({s.memory for s in self._shapes})
+        self._cpu_cut_array, self._mem_cut_array = np.array(self._cpu_cuts, dtype=np.int64), np.array(self._mem_cuts, dtype=np.int64)
         self._memo: dict[tuple[object, ...], float] = {}
         # Shapes differ mostly in CPU and RAM; the per-GPU test depends only on (milli, GPU
         # memory), so it runs once per distinct pair ("demand") and the shapes index into them.
@@ -144,6 +151,13 @@ class FragmentationMeasure:
     def bucket(self, free_cpu: int, free_memory: int) -> int:
         """`buckets` as one int: a key without a tuple to hash or to keep."""
         return bisect_right(self._cpu_cuts, free_cpu) * (len(self._mem_cuts) + 1) + bisect_right(self._mem_cuts, free_memory)
+
+    def bucket_many(self, free_cpu: np.ndarray, free_memory: np.ndarray) -> np.ndarray:
+        """`bucket` of each (free CPU, free RAM) pair, as int64 (`searchsorted` on the right is
+        `bisect_right`)."""
+        return np.searchsorted(self._cpu_cut_array, free_cpu, side="right") * (len(self._mem_cuts) + 1) + np.searchsorted(
+            self._mem_cut_array, free_memory, side="right"
+        )
 
     def key(self, models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree]) -> tuple[object, ...]:
         return (models, bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory), tuple(sorted(gpus)))

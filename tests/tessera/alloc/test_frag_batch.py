@@ -3,8 +3,11 @@ the extender answers in batches while `tessera sim` replays node by node, and a 
 differs in its last digit can move a pod."""
 from __future__ import annotations
 
+import math
 import random
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.alloc import Cluster, ContainerRequest, GpuState, NodeState, PlacementPolicy, PodRequest, PodUid, WorkloadMix, static_snapshot
-from tessera.alloc import frag_batch
+from tessera.alloc import frag_batch, frag_simple
 from tessera.alloc.frag_batch import measure_many
 from tessera.alloc.frag_policy import FgdPolicy, FragmentationAwarePolicy
 from tessera.alloc.fragmentation import FragmentationMeasure, HostDemand
@@ -124,11 +127,12 @@ def test_the_vectorised_path_runs_for_a_pod_on_many_nodes(monkeypatch: pytest.Mo
     measured: list[int] = []
     expectation = frag_batch._expectation
 
-    def spy(measure: FragmentationMeasure, free: np.ndarray, *rest: Any) -> list[float]:
+    def spy(measure: FragmentationMeasure, free: np.ndarray, *rest: Any) -> np.ndarray:
         measured.append(len(free))
         return expectation(measure, free, *rest)
 
-    monkeypatch.setattr(frag_batch, "_expectation", spy)
+    monkeypatch.setattr(frag_batch, "_expectation", spy)  # whole GPUs: VectorBatch
+    monkeypatch.setattr(frag_simple, "_expectation", spy)  # shares
     rng = random.Random(3)
     nodes = [NodeState(f"n{i}", [GpuState(k, f"g{i}{k}", "T4", 16384, used_milli=rng.choice([0, 0, 300, 700]), shares=1) for k in range(8)], 64000, 262144) for i in range(50)]
     pod = PodRequest(PodUid("p"), (ContainerRequest("main", 2, 1000) if whole else ContainerRequest("main", 1, 250),), 1000, 1024)
@@ -184,7 +188,7 @@ def test_host_stranding_of_many_nodes_equals_the_scalar_one(
     the batch must give the scalar float, negative free CPU/RAM (over-committed nodes) included."""
     host = HostDemand(cpu_per_milli, memory_per_milli)
     gpu, cpu, memory = pod
-    many = host.unfed_increase_many([g for g, _, _ in nodes], [c for _, c, _ in nodes], [m for _, _, m in nodes], gpu, cpu, memory)
+    many = host.unfed_increase_many([g for g, _, _ in nodes], [c for _, c, _ in nodes], [m for _, _, m in nodes], gpu, cpu, memory).tolist()
     assert many == [host.unfed(g - gpu, c - cpu, m - memory) - host.unfed(g, c, m) for g, c, m in nodes]
     assert all(type(value) is float for value in many)
 
@@ -215,7 +219,10 @@ def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entri
     entries = sorted(entries, key=lambda e: e[0])  # the batch's items come row by row
     rows = [row for row, _, _ in entries]
     values = [base + step * 1e-7 for _, base, step in entries]
-    got = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(values, dtype=np.float64), 6)
+    picked, items, best = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(values, dtype=np.float64))
+    got: list[tuple[int, float] | None] = [None] * 6
+    for row, item, value in zip(picked.tolist(), items.tolist(), best.tolist()):
+        got[row] = (item, value)
     assert got == _first_minimum_reference(rows, values, 6)
 
 
@@ -234,3 +241,48 @@ def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entri
 def test_round6_is_pythons_round_bit_for_bit(values: list[float]) -> None:
     got = frag_batch.round6(np.array(values, dtype=np.float64)).tolist()
     assert [(v, str(v)) for v in got] == [(round(v, 6), str(round(v, 6))) for v in values]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=12), st.booleans())
+def test_stack_lays_out_every_node_as_it_packed_itself(gpu_counts: list[int], uniform: bool) -> None:
+    """Nodes of one GPU count are stacked by a reshape, mixed ones by an index scatter: both must
+    put each node's host columns and GPU rows where the batch reads them, zero-padded."""
+    counts = [gpu_counts[0]] * len(gpu_counts) if uniform else gpu_counts
+    columns, rows_per_gpu = frag_simple.HOST_COLUMNS, frag_simple.GPU_ROWS
+    packed = [np.arange(1000 * i, 1000 * i + columns + rows_per_gpu * c, dtype=np.int64) for i, c in enumerate(counts)]
+    host, rows = frag_simple.stack([SimpleNamespace(packed=array) for array in packed])  # type: ignore[misc]
+    width = max(1, max(counts))
+    assert rows.shape == (len(counts), rows_per_gpu, width)
+    for i, (array, c) in enumerate(zip(packed, counts)):
+        assert host[i].tolist() == array[:columns].tolist()
+        for r in range(rows_per_gpu):
+            assert rows[i, r].tolist() == array[columns + r * c : columns + (r + 1) * c].tolist() + [0] * (width - c)
+
+
+@pytest.mark.parametrize("ulps", [0, 2, -2])
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(min_value=-1e7, max_value=1e7, allow_nan=False),
+            # no change (exactly scale / 2), the 700 cut-off and its neighbours, large decreases (exactly scale)
+            st.sampled_from([0.0, -0.0, 700_000.0, float(np.nextafter(700_000.0, 0)), float(np.nextafter(700_000.0, 1e9)), -1e6, 1e9]),
+            # increases whose score lands on an integer in exact arithmetic: ln(scale / k - 1) x 1000
+            st.integers(min_value=1, max_value=99).map(lambda k: 1000 * math.log(100 / k - 1)),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([100.0, 10.0, 7.5]),
+)
+def test_sigmoid_scores_are_the_scalar_scores_bit_for_bit(ulps: int, increases: list[float], scale: float) -> None:
+    """Also with a vector exp a couple of ulps off the C library's (numpy's SIMD exp on some
+    CPUs): the scores must not move."""
+    def off(x: np.ndarray) -> np.ndarray:
+        out = np.exp(x)
+        for _ in range(abs(ulps)):
+            out = np.nextafter(out, np.inf if ulps > 0 else -np.inf)
+        return out
+
+    with mock.patch.object(frag_batch, "_vector_exp", off if ulps else np.exp):
+        got = frag_batch.sigmoid_scores(np.array(increases, dtype=np.float64), scale).tolist()
+    assert got == [float(frag_batch.sigmoid_score(value, scale)) for value in increases]

@@ -1,0 +1,234 @@
+"""The fragmentation policies' simple path over many nodes at once: one pod meeting hundreds of
+candidate nodes it has not been scored on (a new share at 5,000 nodes and more).
+
+What the path reads of a node is derived once per node version (`NodeVector`), including one
+int64 array (`NodeVector.packed`) that holds the node's host figures and its usable GPUs. A
+batch stacks those arrays in C (`stack`) and works on columns from then on: the memo keys, which
+nodes take the simple path, the candidate GPUs of a share, their measure (`frag_batch`), the
+choice and the score terms. Python touches each node a few times, in C-level `map`s where it can:
+at 5,000 nodes a node's objects are cold in the CPU cache, and each attribute read of each node
+in a Python loop was a measurable part of the tail (docs/benchmarks.md).
+
+Exact: every result equals the scalar path's, bit for bit (`tests/tessera/alloc/test_frag_batch.py`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+import numpy as np
+
+from tessera.alloc.assign import one_gpu
+from tessera.alloc.frag_batch import Raw, VectorBatch, _expectation, _first_minimum
+from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
+from tessera.alloc.model import FitFailure, NodeState, PodRequest
+
+# NodeVector.packed: these host columns, then these rows of one value per usable GPU
+USABLE, FREE_CPU, FREE_MEMORY, IDLE_COUNT, FREE_TOTAL, GPU_COUNT, SIMPLE, NO_PLACEMENT = range(8)
+HOST_COLUMNS = 8
+FREE, GPU_MEMORY, FIRST, INDEX, IDLE = range(5)
+GPU_ROWS = 5
+
+
+class NodeVector:
+    """What the simple path reads of one version of a node, computed once per version."""
+
+    __slots__ = (
+        "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
+        "before_epoch", "before", "distinct", "no_placement", "uncapped", "free_cpu", "free_host_memory", "memo", "memo_epoch", "first",
+        "packed",
+    )
+
+    def __init__(self, node: NodeState) -> None:
+        healthy = [g for g in node.gpus if g.healthy]
+        self.version = node.version
+        self.free_cpu = node.free_cpu_milli
+        self.free_host_memory = node.free_memory_mib
+        # the policy's memo of `_evaluate` results for this version (`_FragPolicyBase._memo`),
+        # valid under the measure epoch `memo_epoch`
+        self.memo: dict[int, Raw] = {}
+        self.memo_epoch = -1
+        self.indices = [g.index for g in healthy]
+        self.free: list[GpuFree] = [(g.free_milli, g.free_memory_mib) for g in healthy]
+        self.free_milli = [f for f, _ in self.free]
+        self.free_memory = [m for _, m in self.free]
+        self.free_total = sum(self.free_milli)
+        self.idle = [g.idle for g in healthy]
+        self.models = node.models
+        self.idle_count = sum(self.idle)
+        self.offline = any(g.offline_milli for g in node.gpus)
+        # read from the labels once per version (a label change makes a new version)
+        self.no_placement = node.gpu_placement is None
+        self.uncapped = node.max_shares_per_gpu is None
+        self.before_epoch = -1  # the measure epoch `before` was computed under; -1: not yet
+        self.before = 0.0  # the node's fragmentation as it is
+        # (position, free milli, free memory) of the first GPU of each distinct free value: the
+        # candidates for a share (GPUs in the same state are interchangeable; the lowest index wins)
+        seen: set[GpuFree] = set()
+        self.distinct: list[tuple[int, int, int]] = []
+        self.first: list[bool] = []  # per position: the first GPU of its free value
+        for k, (f, m) in enumerate(self.free):
+            self.first.append((f, m) not in seen)
+            if (f, m) not in seen:
+                seen.add((f, m))
+                self.distinct.append((k, f, m))
+        # the host columns, then the GPU rows (module constants); made here, at the node's
+        # change, so that a batch stacks hundreds of nodes in C (`stack`)
+        host = [
+            len(self.free_milli), self.free_cpu, self.free_host_memory, self.idle_count, self.free_total, len(node.gpus),
+            not self.offline and self.uncapped, self.no_placement,
+        ]
+        self.packed = np.array([*host, *self.free_milli, *self.free_memory, *self.first, *self.indices, *self.idle], dtype=np.int64)
+
+
+_NAME, _VERSION, _MEMO_EPOCH, _MEMO, _PACKED = (attrgetter(a) for a in ("name", "version", "memo_epoch", "memo", "packed"))
+_MODELS, _BEFORE, _BEFORE_EPOCH = attrgetter("models"), attrgetter("before"), attrgetter("before_epoch")
+
+
+def current_vectors(vectors_of: dict[str, NodeVector], nodes: Sequence[NodeState], epoch: int) -> list[NodeVector]:
+    """Each node's vector for its current version (made where missing or stale), its memo made
+    current for the measure `epoch` (emptied when the epoch moved)."""
+    vectors = list(map(vectors_of.get, map(_NAME, nodes)))
+    try:
+        current = list(map(_VERSION, vectors)) == list(map(_VERSION, nodes))
+    except AttributeError:  # a node without a vector
+        current = False
+    if not current:
+        for i, (node, vector) in enumerate(zip(nodes, vectors)):
+            if vector is None or vector.version != node.version:
+                vectors[i] = vectors_of[node.name] = NodeVector(node)
+    found: list[NodeVector] = vectors  # type: ignore[assignment]  # none is None now
+    if list(map(_MEMO_EPOCH, found)).count(epoch) != len(found):
+        for vector in found:
+            if vector.memo_epoch != epoch:
+                vector.memo = {}
+                vector.memo_epoch = epoch
+    return found
+
+
+def memos_of(vectors: Sequence[NodeVector]) -> list[dict[int, Raw]]:
+    return list(map(_MEMO, vectors))
+
+
+def stack(vectors: Sequence[NodeVector]) -> tuple[np.ndarray, np.ndarray]:
+    """The vectors' `packed` arrays as (nodes x `HOST_COLUMNS`) host columns and a (nodes x
+    `GPU_ROWS` x GPUs) int64 array of GPU rows, short nodes padded with 0."""
+    packed = list(map(_PACKED, vectors))
+    n = len(packed)
+    flat = np.concatenate(packed) if n else np.zeros(0, dtype=np.int64)
+    sizes = np.fromiter(map(len, packed), dtype=np.int64, count=n)
+    lengths = (sizes - HOST_COLUMNS) // GPU_ROWS
+    width = max(1, int(lengths.max())) if n else 1
+    if n and int(lengths.min()) == width:
+        table = flat.reshape(n, HOST_COLUMNS + GPU_ROWS * width)
+        return table[:, :HOST_COLUMNS], table[:, HOST_COLUMNS:].reshape(n, GPU_ROWS, width)
+    starts = np.cumsum(sizes) - sizes
+    host = flat[starts[:, None] + np.arange(HOST_COLUMNS)].reshape(n, HOST_COLUMNS)
+    out = np.zeros((n, GPU_ROWS, width), dtype=np.int64)
+    gpu_sizes = sizes - HOST_COLUMNS
+    at = np.arange(int(gpu_sizes.sum())) - np.repeat(np.cumsum(gpu_sizes) - gpu_sizes, gpu_sizes)
+    gpus = np.maximum(np.repeat(lengths, gpu_sizes), 1)
+    values = flat[np.repeat(starts + HOST_COLUMNS, gpu_sizes) + at]
+    out[np.repeat(np.arange(n), gpu_sizes), at // gpus, at % gpus] = values
+    return host, out
+
+
+class SimpleBatch:
+    """The simple path (`_evaluate_simple`: one container, no model or co-location preference)
+    for many nodes and one pod, picking each node's GPU exactly as the scalar path does (lowest
+    index among equal rounded values).
+
+    A share pod (the tail: a new share meets hundreds of nodes) is done in arrays end to end:
+    the candidate GPUs of every node (the first GPU of each distinct free value with the share
+    free) are found, changed, measured and chosen in numpy. A whole-GPU pod (it fits few nodes
+    at load) goes item by item through a `VectorBatch`."""
+
+    def __init__(self, measure: FragmentationMeasure, pod: PodRequest) -> None:
+        self._measure = measure
+        self._pod = pod
+        self._container = pod.gpu_containers[0]
+
+    def run(
+        self, rows: list[int], vectors: Sequence[NodeVector], host: np.ndarray, gpus: np.ndarray,
+        memos: Sequence[dict[int, Raw]], keys: Sequence[int], results: list[Raw | None],
+    ) -> None:
+        """The result of the nodes at `rows` (of `vectors` and of `stack`'s `host` and `gpus`;
+        each passed `host_fit`): into `results[row]` and `memos[row][keys[row]]`."""
+        raws = self._whole(rows, vectors) if self._container.whole else self._shares(rows, vectors, host[rows], gpus[rows])
+        for row, raw in zip(rows, raws):
+            results[row] = memos[row][keys[row]] = raw
+
+    def _whole(self, rows: list[int], vectors: Sequence[NodeVector]) -> list[Raw]:
+        measure, pod, count = self._measure, self._pod, self._container.gpu_count
+        batch = VectorBatch()
+        # per node: (vector, item of `before` or -1, the item, the GPUs it takes), or None: no room
+        pending: list[tuple[NodeVector, int, int, tuple[int, ...]] | None] = []
+        for row in rows:
+            vector = vectors[row]
+            positions = [k for k, is_idle in enumerate(vector.idle) if is_idle][:count]
+            if len(positions) < count:
+                pending.append(None)
+                continue
+            base = batch.base(vector.free_milli, vector.free_memory)
+            item = batch.item(base, vector.models, vector.free_cpu - pod.cpu_milli, vector.free_host_memory - pod.memory_mib, [(k, (0, 0)) for k in positions])
+            before = batch.item(base, vector.models, vector.free_cpu, vector.free_host_memory) if vector.before_epoch != measure.epoch else -1
+            pending.append((vector, before, item, tuple(vector.indices[k] for k in positions)))
+        values = batch.values(measure) if len(batch) else []
+        out: list[Raw] = []
+        for entry in pending:
+            if entry is None:
+                out.append(FitFailure.GPU)
+                continue
+            vector, before_item, item, taken = entry
+            if before_item >= 0:
+                vector.before = values[before_item]
+                vector.before_epoch = measure.epoch
+            out.append((values[item] - vector.before, (taken,), vector.idle_count - count))
+        return out
+
+    def _shares(self, rows: list[int], all_vectors: Sequence[NodeVector], host: np.ndarray, gpus: np.ndarray) -> list[Raw]:
+        measure, pod, c = self._measure, self._pod, self._container
+        vectors = [all_vectors[row] for row in rows]
+        n = len(vectors)
+        lengths, cpu, ram, idle_count = host[:, USABLE], host[:, FREE_CPU], host[:, FREE_MEMORY], host[:, IDLE_COUNT]
+        free, gpu_memory, first, gpu_index, idle = gpus[:, FREE], gpus[:, GPU_MEMORY], gpus[:, FIRST], gpus[:, INDEX], gpus[:, IDLE]
+        width = gpus.shape[2]
+        node_models = list(map(_MODELS, vectors))
+        model_index = {models: i for i, models in enumerate(dict.fromkeys(node_models))}
+        model_ids = np.fromiter(map(model_index.__getitem__, node_models), dtype=np.intp, count=n)
+        valid = np.arange(width) < lengths[:, None]
+        need_memory = c.gpu_memory_mib or 0
+        items_at, positions = np.nonzero(first.astype(bool) & valid & (free >= c.gpu_milli) & (gpu_memory >= need_memory))
+        items = len(items_at)
+        # the nodes whose fragmentation before is not known under this epoch, measured alongside
+        epoch = measure.epoch
+        before = np.fromiter(map(_BEFORE, vectors), dtype=np.float64, count=n)
+        unknown = np.flatnonzero(np.fromiter(map(_BEFORE_EPOCH, vectors), dtype=np.int64, count=n) != epoch)
+        take = np.concatenate([items_at, unknown])
+        item_free, item_memory = free[take], gpu_memory[take]
+        changed = np.arange(items)
+        item_free[changed, positions] -= c.gpu_milli
+        item_memory[changed, positions] -= need_memory
+        after = np.zeros(len(take), dtype=bool)
+        after[:items] = True
+        values = _expectation(
+            measure, item_free, item_memory, valid[take],
+            np.where(after, cpu[take] - pod.cpu_milli, cpu[take]), np.where(after, ram[take] - pod.memory_mib, ram[take]),
+            model_ids[take], list(model_index),
+        ) if len(take) else np.zeros(0)
+        if len(unknown):
+            before[unknown] = values[items:]
+            for i, value in zip(unknown.tolist(), values[items:].tolist()):
+                vectors[i].before = value
+                vectors[i].before_epoch = epoch
+        # per node with a candidate GPU: its first GPU of the lowest rounded value, and the
+        # scalar path's result from it (`value - before` is the one float subtraction it does)
+        picked, item, best = _first_minimum(items_at, values[:items])
+        k = positions[item]
+        placed = list(zip((best - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
+        if len(placed) == n:
+            return placed  # type: ignore[return-value]
+        out: list[Raw] = [FitFailure.GPU] * n
+        for row, found in zip(picked.tolist(), placed):
+            out[row] = found
+        return out
