@@ -22,6 +22,7 @@ from tessera.scheduler.extender_types import (
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
     HostPriority,
+    host_priorities,
 )
 from tessera.scheduler.metrics import ExtenderMetrics
 from tessera.scheduler.preemption import PreemptSettings, Preemptor
@@ -112,9 +113,9 @@ class Extender:
         try:
             request = self._request(args)
         except InvalidRequest:
-            return [HostPriority(n, 0) for n in names]
+            return host_priorities(names, {})
         if not request.gpu_containers:
-            return [HostPriority(n, 0) for n in names]
+            return host_priorities(names, {})
         with self._state.lock:
             held = self._state.held_node(request.uid)
             evaluations = self._state.evaluations(request, names if held is None else [n for n in names if n != held])
@@ -123,7 +124,7 @@ class Extender:
             # the pod already holds GPUs there (rebuilt reservation): going back re-uses them
             scores = {n: min(s, MAX_EXTENDER_PRIORITY - 1) for n, s in scores.items()}
             scores[held] = MAX_EXTENDER_PRIORITY
-        return [HostPriority(n, scores.get(n, 0)) for n in names]
+        return host_priorities(names, scores)
 
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
         """Per candidate node, the victims that free the GPU(s) the pod needs (`preemption`)."""

@@ -15,9 +15,10 @@ them for every type used here.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import repeat
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple, cast
 
 from tessera.httpd import json_bytes, plain_strings, string_map_json
 from tessera.kube.api import KubeObject
@@ -223,6 +224,13 @@ class HostPriority(NamedTuple):
         if not isinstance(score, int):
             raise WireError("HostPriority.Score must be an integer")
         return HostPriority(_string(body, "Host", required=True), score)
+
+
+def host_priorities(names: Sequence[str], scores: Mapping[str, int], default: int = 0) -> list[HostPriority]:
+    """`[HostPriority(n, scores.get(n, default)) for n in names]`, built in C: `tuple.__new__`
+    over `map` skips the named tuple's Python-level constructor, which was most of building a
+    reply of hundreds of feasible nodes."""
+    return cast(list[HostPriority], list(map(tuple.__new__, repeat(HostPriority), zip(names, map(scores.get, names, repeat(default))))))
 
 
 def host_priorities_json(priorities: list[HostPriority]) -> bytes:

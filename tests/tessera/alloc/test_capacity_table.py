@@ -65,3 +65,19 @@ def test_a_forgotten_node_is_undecided_until_set_again() -> None:
     assert table.codes(["n0"], demand).tolist() == [UNDECIDED]
     table.set("n0", capacity_of(node))
     assert table.codes(["n0"], demand).tolist() == [CPU]
+
+
+def test_lookup_gives_the_state_of_a_current_row_only() -> None:
+    """The by-state cache is read straight from these states: a forgotten or never-set node must
+    come back -1 (so it goes the per-node way), and a new `set` replaces the state."""
+    rng = random.Random(11)
+    node = _node(rng, "n0")
+    table = CapacityTable(size=1)  # grows on the second name: the states must survive it
+    table.set("n0", capacity_of(node), 41)
+    table.set("n1", capacity_of(node))
+    demand = Demand(0, 0, None, 0, 0, -1)
+    assert table.lookup(["n0", "n1", "never-set"], demand)[1].tolist() == [41, -1, -1]
+    table.forget("n0")
+    assert table.lookup(["n0"], demand)[1].tolist() == [-1]
+    table.set("n0", capacity_of(node), 42)
+    assert table.lookup(["n0"], demand)[1].tolist() == [42]

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tessera.httpd import json_bytes, string_map_json
-from tessera.scheduler.extender_types import ExtenderFilterResult, HostPriority, host_priorities_json
+from tessera.scheduler.extender_types import ExtenderFilterResult, HostPriority, host_priorities, host_priorities_json
 
 MESSAGES = ["tessera: not enough free GPU compute or GPU memory", "tessera: not enough free CPU", 'odd "quoted" \\ message é\u2028']
 node_names = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,30}", fullmatch=True)
@@ -45,3 +45,10 @@ def test_prioritize_reply_bytes_are_the_json_of_its_entries(entries: list[tuple[
     encoded = host_priorities_json(priorities)
     assert encoded == json_bytes([p.to_json() for p in priorities])
     assert [HostPriority.from_json(item) for item in json.loads(encoded)] == priorities
+
+
+@given(st.lists(st.text(max_size=8), max_size=20, unique=True), st.dictionaries(st.text(max_size=8), st.integers(0, 10), max_size=20), st.integers(0, 10))
+def test_host_priorities_are_the_named_tuples_a_comprehension_builds(names: list[str], scores: dict[str, int], default: int) -> None:
+    built = host_priorities(names, scores, default)
+    assert built == [HostPriority(n, scores.get(n, default)) for n in names]
+    assert all(type(p) is HostPriority for p in built) and [p.score for p in built] == [scores.get(n, default) for n in names]
