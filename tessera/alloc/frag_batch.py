@@ -107,12 +107,40 @@ def _expectation(
     model_list: list[frozenset[str]],
 ) -> np.ndarray:
     """`FragmentationMeasure._sum` for every row of `free` / `gpu_memory` (items x GPUs), as float64."""
+    fitting, fitting_free, idle = demand_counts(measure, free, gpu_memory, valid)
+    return shape_sum(measure, fitting, idle - fitting_free, idle, cpu, ram, model_ids, model_list)
+
+
+def demand_counts(measure: FragmentationMeasure, free: np.ndarray, gpu_memory: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per demand and row (demands x rows): how many GPUs fit the demand and their free milli
+    summed, and per row the free milli of all its GPUs (`FragmentationMeasure._counts`'s
+    integers: what is stranded for a demand is the row's free milli less what fits)."""
     tables = _tables(measure)
-    idle = np.where(valid, free, 0).sum(axis=1)
-    # (stranded milli, GPUs that fit) per demand and item, as `FragmentationMeasure._counts`
     fits = (free[None, :, :] >= tables.milli[:, None, None]) & (gpu_memory[None, :, :] >= tables.gpu_memory[:, None, None]) & valid[None, :, :]
-    fitting = fits.sum(axis=2)
-    stranded = idle[None, :] - np.where(fits, free[None, :, :], 0).sum(axis=2)
+    # count_nonzero and einsum reduce the short GPU axis in one pass each (sum over an axis of 8
+    # went element by element): a third less time at 300 nodes, the same integers
+    return np.count_nonzero(fits, axis=2), np.einsum("drg,rg->dr", fits, free), np.where(valid, free, 0).sum(axis=1)
+
+
+def fits_each(measure: FragmentationMeasure, free: np.ndarray, gpu_memory: np.ndarray) -> np.ndarray:
+    """Per demand and GPU (demands x GPUs): does one GPU of this free milli and memory fit it."""
+    tables = _tables(measure)
+    return (free[None, :] >= tables.milli[:, None]) & (gpu_memory[None, :] >= tables.gpu_memory[:, None])
+
+
+def shape_sum(
+    measure: FragmentationMeasure,
+    fitting: np.ndarray,
+    stranded: np.ndarray,
+    idle: np.ndarray,
+    cpu: Sequence[int] | np.ndarray,
+    ram: Sequence[int] | np.ndarray,
+    model_ids: Sequence[int] | np.ndarray,
+    model_list: list[frozenset[str]],
+) -> np.ndarray:
+    """The expectation over the mix's shapes from the per-demand counts (`demand_counts`), per
+    item: what `FragmentationMeasure._sum` adds, shape by shape in its order."""
+    tables = _tables(measure)
     # per shape (rows, in the shapes' order) and item: can the node host the shape at all, and
     # does it have enough GPUs with the shape's share free
     hostable = (np.array(cpu, dtype=np.int64)[None, :] >= tables.cpu[:, None]) & (np.array(ram, dtype=np.int64)[None, :] >= tables.memory[:, None])
@@ -175,22 +203,17 @@ def round6(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _first_minimum(rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, item, value rounded to 6 decimals) of each row's lowest rounded value, the earliest
-    item on a tie (the scalar loop's strict `<` over `round(value, 6)`), for the rows that have
-    items, in row order. `rows` is sorted (np.nonzero's row-major order) and gives each item's row."""
-    if not len(values):
-        empty = np.zeros(0, dtype=np.intp)
-        return empty, empty, np.zeros(0)
-    rounded = round6(values)
-    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-    lowest = np.minimum.reduceat(rounded, starts)
-    segment = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))
-    at_lowest = np.flatnonzero(rounded == lowest[segment])
-    # the earliest item at the lowest value of each row: the first of its row among `at_lowest`
-    rows_at = segment[at_lowest]
-    first = at_lowest[np.r_[True, rows_at[1:] != rows_at[:-1]]]
-    return rows[first], first, rounded[first]
+def _first_minimum(rows: np.ndarray, positions: np.ndarray, values: np.ndarray, count: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, position, value rounded to 6 decimals) of each row's lowest rounded value, the
+    lowest position on a tie (the scalar loop's strict `<` over `round(value, 6)`, which meets a
+    node's candidates in position order), for the rows of 0..count-1 that have items, in row
+    order. Item i is at (`rows[i]`, `positions[i]`), each place at most once, positions < width."""
+    grid = np.full((count, width), np.inf)
+    grid[rows, positions] = round6(values)
+    lowest = grid.argmin(axis=1)  # the first of equal minima: the lowest position
+    best = grid[np.arange(count), lowest]
+    picked = np.flatnonzero(best != np.inf)
+    return picked, lowest[picked], best[picked]
 
 
 def sigmoid_score(increase: float, scale: float = 100.0) -> int:

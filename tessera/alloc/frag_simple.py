@@ -19,7 +19,7 @@ from operator import attrgetter
 import numpy as np
 
 from tessera.alloc.assign import one_gpu
-from tessera.alloc.frag_batch import Raw, VectorBatch, _expectation, _first_minimum
+from tessera.alloc.frag_batch import Raw, VectorBatch, _first_minimum, demand_counts, fits_each, shape_sum
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
 from tessera.alloc.model import FitFailure, NodeState, PodRequest
 
@@ -200,20 +200,26 @@ class SimpleBatch:
         need_memory = c.gpu_memory_mib or 0
         items_at, positions = np.nonzero(first.astype(bool) & valid & (free >= c.gpu_milli) & (gpu_memory >= need_memory))
         items = len(items_at)
+        # the per-demand counts of each node as it is, then of each item (the node with the
+        # share on one GPU) by adjusting them for that GPU alone: integers, so exact in any order
+        fitting, fitting_free, idle_milli = demand_counts(measure, free, gpu_memory, valid)
+        old_free, old_memory = free[items_at, positions], gpu_memory[items_at, positions]
+        new_free, new_memory = old_free - c.gpu_milli, old_memory - need_memory
+        fit_old, fit_new = fits_each(measure, old_free, old_memory), fits_each(measure, new_free, new_memory)
+        item_fitting = fitting[:, items_at] - fit_old + fit_new
+        item_fitting_free = fitting_free[:, items_at] - np.where(fit_old, old_free, 0) + np.where(fit_new, new_free, 0)
+        item_idle = idle_milli[items_at] - c.gpu_milli
         # the nodes whose fragmentation before is not known under this epoch, measured alongside
         epoch = measure.epoch
         before = np.fromiter(map(_BEFORE, vectors), dtype=np.float64, count=n)
         unknown = np.flatnonzero(np.fromiter(map(_BEFORE_EPOCH, vectors), dtype=np.int64, count=n) != epoch)
         take = np.concatenate([items_at, unknown])
-        item_free, item_memory = free[take], gpu_memory[take]
-        changed = np.arange(items)
-        item_free[changed, positions] -= c.gpu_milli
-        item_memory[changed, positions] -= need_memory
-        after = np.zeros(len(take), dtype=bool)
-        after[:items] = True
-        values = _expectation(
-            measure, item_free, item_memory, valid[take],
-            np.where(after, cpu[take] - pod.cpu_milli, cpu[take]), np.where(after, ram[take] - pod.memory_mib, ram[take]),
+        all_fitting = np.concatenate([item_fitting, fitting[:, unknown]], axis=1)
+        all_idle = np.concatenate([item_idle, idle_milli[unknown]])
+        all_stranded = all_idle - np.concatenate([item_fitting_free, fitting_free[:, unknown]], axis=1)
+        values = shape_sum(
+            measure, all_fitting, all_stranded, all_idle,
+            np.concatenate([cpu[items_at] - pod.cpu_milli, cpu[unknown]]), np.concatenate([ram[items_at] - pod.memory_mib, ram[unknown]]),
             model_ids[take], list(model_index),
         ) if len(take) else np.zeros(0)
         if len(unknown):
@@ -223,8 +229,7 @@ class SimpleBatch:
                 vectors[i].before_epoch = epoch
         # per node with a candidate GPU: its first GPU of the lowest rounded value, and the
         # scalar path's result from it (`value - before` is the one float subtraction it does)
-        picked, item, best = _first_minimum(items_at, values[:items])
-        k = positions[item]
+        picked, k, best = _first_minimum(items_at, positions, values[:items], n, width)
         placed = list(zip((best - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
         if len(placed) == n:
             return placed  # type: ignore[return-value]

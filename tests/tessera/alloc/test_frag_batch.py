@@ -125,14 +125,14 @@ def test_a_batch_of_nodes_gets_what_each_node_gets_alone(seed: int, faithful: bo
 def test_the_vectorised_path_runs_for_a_pod_on_many_nodes(monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
     """Guards the test above against passing only because everything fell back to the scalar path."""
     measured: list[int] = []
-    expectation = frag_batch._expectation
+    shape_sum = frag_batch.shape_sum
 
-    def spy(measure: FragmentationMeasure, free: np.ndarray, *rest: Any) -> np.ndarray:
-        measured.append(len(free))
-        return expectation(measure, free, *rest)
+    def spy(measure: FragmentationMeasure, fitting: np.ndarray, stranded: np.ndarray, idle: np.ndarray, *rest: Any) -> np.ndarray:
+        measured.append(len(idle))
+        return shape_sum(measure, fitting, stranded, idle, *rest)
 
-    monkeypatch.setattr(frag_batch, "_expectation", spy)  # whole GPUs: VectorBatch
-    monkeypatch.setattr(frag_simple, "_expectation", spy)  # shares
+    monkeypatch.setattr(frag_batch, "shape_sum", spy)  # whole GPUs: VectorBatch, through _expectation
+    monkeypatch.setattr(frag_simple, "shape_sum", spy)  # shares
     rng = random.Random(3)
     nodes = [NodeState(f"n{i}", [GpuState(k, f"g{i}{k}", "T4", 16384, used_milli=rng.choice([0, 0, 300, 700]), shares=1) for k in range(8)], 64000, 262144) for i in range(50)]
     pod = PodRequest(PodUid("p"), (ContainerRequest("main", 2, 1000) if whole else ContainerRequest("main", 1, 250),), 1000, 1024)
@@ -193,14 +193,14 @@ def test_host_stranding_of_many_nodes_equals_the_scalar_one(
     assert all(type(value) is float for value in many)
 
 
-def _first_minimum_reference(rows: list[int], values: list[float], count: int) -> list[tuple[int, float] | None]:
-    """The scalar path's choice: per row, the first item of the lowest `round(value, 6)`."""
+def _first_minimum_reference(rows: list[int], positions: list[int], values: list[float], count: int) -> list[tuple[int, float] | None]:
+    """The scalar path's choice: per row, the first position of the lowest `round(value, 6)`."""
     out: list[tuple[int, float] | None] = [None] * count
-    for item, (row, value) in enumerate(zip(rows, values)):
+    for row, position, value in sorted(zip(rows, positions, values)):
         rounded = round(value, 6)
         found = out[row]
         if found is None or rounded < found[1]:
-            out[row] = (item, rounded)
+            out[row] = (position, rounded)
     return out
 
 
@@ -208,22 +208,26 @@ def _first_minimum_reference(rows: list[int], values: list[float], count: int) -
     st.lists(
         st.tuples(
             st.integers(min_value=0, max_value=5),
-            st.sampled_from([0.0, 12.5, 1234.5678905, 99999.0000004]),
+            st.integers(min_value=0, max_value=7),
+            st.sampled_from([0.0, -0.0, 12.5, 1234.5678905, 99999.0000004]),
             st.integers(min_value=-30, max_value=30),
         ),
         max_size=40,
+        unique_by=lambda e: (e[0], e[1]),
     )
 )
-def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entries: list[tuple[int, float, int]]) -> None:
-    # values a few tenths of a millionth apart: some round together, some do not
-    entries = sorted(entries, key=lambda e: e[0])  # the batch's items come row by row
-    rows = [row for row, _, _ in entries]
-    values = [base + step * 1e-7 for _, base, step in entries]
-    picked, items, best = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(values, dtype=np.float64))
+def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entries: list[tuple[int, int, float, int]]) -> None:
+    # values a few tenths of a millionth apart: some round together, some do not; the items come
+    # in any order (the batch's come row by row, position by position)
+    rows = [row for row, _, _, _ in entries]
+    positions = [position for _, position, _, _ in entries]
+    values = [base + step * 1e-7 for _, _, base, step in entries]
+    picked, lowest, best = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(positions, dtype=np.intp), np.array(values, dtype=np.float64), 6, 8)
     got: list[tuple[int, float] | None] = [None] * 6
-    for row, item, value in zip(picked.tolist(), items.tolist(), best.tolist()):
-        got[row] = (item, value)
-    assert got == _first_minimum_reference(rows, values, 6)
+    for row, position, value in zip(picked.tolist(), lowest.tolist(), best.tolist()):
+        got[row] = (position, value)
+    expected = _first_minimum_reference(rows, positions, values, 6)
+    assert [(g[0], g[1], str(g[1])) if g else None for g in got] == [(e[0], e[1], str(e[1])) if e else None for e in expected]
 
 
 @given(
