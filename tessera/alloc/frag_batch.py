@@ -15,7 +15,7 @@ round differently and is not used for it). `tests/tessera/alloc/test_frag_batch.
 the two on random states.
 
 Also here, as exact array forms of the scalar path's steps: the per-node choice among rounded
-values (`round6`, `_first_minimum`) and FGD's sigmoid score (`sigmoid_scores`). The batch over
+values (`round6`, `first_minimum`) and FGD's sigmoid score (`sigmoid_scores`). The batch over
 nodes that uses them is `frag_simple`.
 """
 from __future__ import annotations
@@ -203,7 +203,7 @@ def round6(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _first_minimum(rows: np.ndarray, positions: np.ndarray, values: np.ndarray, count: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def first_minimum(rows: np.ndarray, positions: np.ndarray, values: np.ndarray, count: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, position, value rounded to 6 decimals) of each row's lowest rounded value, the
     lowest position on a tie (the scalar loop's strict `<` over `round(value, 6)`, which meets a
     node's candidates in position order), for the rows of 0..count-1 that have items, in row

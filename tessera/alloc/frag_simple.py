@@ -19,7 +19,7 @@ from operator import attrgetter
 import numpy as np
 
 from tessera.alloc.assign import one_gpu
-from tessera.alloc.frag_batch import Raw, VectorBatch, _first_minimum, demand_counts, fits_each, shape_sum
+from tessera.alloc.frag_batch import Raw, VectorBatch, demand_counts, first_minimum, fits_each, shape_sum
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree
 from tessera.alloc.model import FitFailure, NodeState, PodRequest
 
@@ -229,7 +229,7 @@ class SimpleBatch:
                 vectors[i].before_epoch = epoch
         # per node with a candidate GPU: its first GPU of the lowest rounded value, and the
         # scalar path's result from it (`value - before` is the one float subtraction it does)
-        picked, k, best = _first_minimum(items_at, positions, values[:items], n, width)
+        picked, k, best = first_minimum(items_at, positions, values[:items], n, width)
         placed = list(zip((best - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
         if len(placed) == n:
             return placed  # type: ignore[return-value]

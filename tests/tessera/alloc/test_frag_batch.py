@@ -222,7 +222,7 @@ def test_first_minimum_picks_what_the_scalar_loop_picks_near_rounding_ties(entri
     rows = [row for row, _, _, _ in entries]
     positions = [position for _, position, _, _ in entries]
     values = [base + step * 1e-7 for _, _, base, step in entries]
-    picked, lowest, best = frag_batch._first_minimum(np.array(rows, dtype=np.intp), np.array(positions, dtype=np.intp), np.array(values, dtype=np.float64), 6, 8)
+    picked, lowest, best = frag_batch.first_minimum(np.array(rows, dtype=np.intp), np.array(positions, dtype=np.intp), np.array(values, dtype=np.float64), 6, 8)
     got: list[tuple[int, float] | None] = [None] * 6
     for row, position, value in zip(picked.tolist(), lowest.tolist(), best.tolist()):
         got[row] = (position, value)
