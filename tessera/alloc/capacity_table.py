@@ -26,7 +26,7 @@ import numpy as np
 from tessera.alloc.assign import Capacity, Demand
 
 PASS, CPU, MEMORY, GPU, UNDECIDED = 0, 1, 2, 3, 4
-"""`codes` values: no certain failure, `Demand.reject`'s three answers, and no current row."""
+"""`lookup`'s codes: no certain failure, `Demand.reject`'s three answers, and no current row."""
 
 _FIELDS = ("cpu", "memory", "idle", "max_milli", "max_memory", "share_room", "state", "current")
 
@@ -68,15 +68,11 @@ class CapacityTable:
     def clear(self) -> None:
         self._current[:] = False
 
-    def codes(self, names: Sequence[str], demand: Demand) -> np.ndarray:
-        """Per name, in order: `Demand.reject`'s answer as a code (`PASS` where it has none),
-        `UNDECIDED` without a current row. `demand` must not name GPU models (the model test
-        needs each node's model set)."""
-        return self.lookup(names, demand)[0]
-
     def lookup(self, names: Sequence[str], demand: Demand) -> tuple[np.ndarray, np.ndarray]:
-        """`codes`, and per name the interned state of its current row (-1 where it has none
-        or its state was not given)."""
+        """Per name, in order: `Demand.reject`'s answer as a code (`PASS` where it has none),
+        `UNDECIDED` without a current row; and the interned state of its current row (-1 where
+        it has none or its state was not given). `demand` must not name GPU models (the model
+        test needs each node's model set)."""
         assert demand.models is None
         rows = np.fromiter(map(self._row.get, names, repeat(-1)), dtype=np.intp, count=len(names))
         known = rows >= 0

@@ -132,13 +132,13 @@ class EvaluationCache:
             if len(names) >= _TABLE_MIN:
                 # shortcut 1 for every node at once; the loop below gets the others
                 codes, states = self._table.lookup(names, demand)
-                out = dict(zip(names, map(_DECIDED.__getitem__, codes.tolist())))  # type: ignore[arg-type]  # None: placeholder in order
+                out = dict(zip(names, map(_DECIDED.__getitem__, codes.tolist())))  # type: ignore[arg-type]  # None: decided below, the order of `names` kept
                 passed = np.flatnonzero((codes == PASS) & (states >= 0)).tolist()
                 if passed:
                     rowed = [names[i] for i in passed]
                     rowed_states = states[passed].tolist()
                     look_up = cast(Callable[[int], Result | None], by_state.get)
-                    out.update(zip(rowed, map(look_up, map((key << 40).__or__, rowed_states))))  # type: ignore[arg-type]  # None: placeholder
+                    out.update(zip(rowed, map(look_up, map((key << 40).__or__, rowed_states))))  # type: ignore[arg-type]  # None where no state has a result: filled after the batch below
                 undecided = codes == UNDECIDED
                 names = [names[i] for i in np.flatnonzero(undecided | ((codes == PASS) & (states < 0))).tolist()]
                 if not undecided.any():
@@ -171,7 +171,7 @@ class EvaluationCache:
                 out[name] = shared
                 self._remember(info, key, shared)
                 continue
-            out[name] = None  # type: ignore[assignment]  # placeholder: keeps the order of `names`
+            out[name] = None  # type: ignore[assignment]  # filled after the batch below; keeps the order of `names`
             missing.append(node)
             missing_info.append(info)
         # one evaluation per state, as the by-state cache gives one by one

@@ -49,7 +49,7 @@ def test_codes_are_what_demand_reject_says_node_by_node(seed: int) -> None:
     names = [node.name for node in nodes] + ["never-set"]
     for _ in range(5):
         demand = Demand.of(_pod(rng))
-        codes = table.codes(names, demand).tolist()
+        codes = table.lookup(names, demand)[0].tolist()
         assert codes == [_CODE[demand.reject(capacity_of(node))] for node in nodes] + [UNDECIDED]
 
 
@@ -60,11 +60,11 @@ def test_a_forgotten_node_is_undecided_until_set_again() -> None:
     table = CapacityTable()
     table.set("n0", capacity_of(node))
     demand = Demand(4000, 0, None, 0, 0, -1)
-    assert table.codes(["n0"], demand).tolist() == [CPU]
+    assert table.lookup(["n0"], demand)[0].tolist() == [CPU]
     table.forget("n0")
-    assert table.codes(["n0"], demand).tolist() == [UNDECIDED]
+    assert table.lookup(["n0"], demand)[0].tolist() == [UNDECIDED]
     table.set("n0", capacity_of(node))
-    assert table.codes(["n0"], demand).tolist() == [CPU]
+    assert table.lookup(["n0"], demand)[0].tolist() == [CPU]
 
 
 def test_lookup_gives_the_state_of_a_current_row_only() -> None:
