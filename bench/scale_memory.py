@@ -146,10 +146,10 @@ def main() -> int:
     service.sync.stop()
     fake.close()
     gc.collect()
-    store, store_ids = deep_size(fake._pods, fake._nodes, fake._configmaps, fake._logs, fake._events, fake._pods_on, fake._owned)
+    store, store_ids = deep_size(*fake.store_parts())
     extender, _ = deep_size(service.state, service.binder, exclude=store_ids)
-    print(f"memory: simulated API server store {store / 2**20:.0f} MiB ({len(fake._pods)} pods, {len(fake._configmaps)} ConfigMaps, "
-          f"{sum(len(v) for v in fake._logs.values())} logged events); extender state {extender / 2**20:.0f} MiB "
+    print(f"memory: simulated API server store {store / 2**20:.0f} MiB ({len(fake.list_pods())} pods, {len(fake.list_configmaps())} ConfigMaps, "
+          f"{fake.logged_events()} logged events); extender state {extender / 2**20:.0f} MiB "
           f"({extender / args.nodes / 1024:.1f} KiB per node)")
     return 0
 

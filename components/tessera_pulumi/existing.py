@@ -44,7 +44,7 @@ def list_cluster_nodes(resolved: ResolvedKubeconfig) -> list[dict[str, Any]]:
     get/list on nodes with the stack's kubeconfig."""
     from urllib3.exceptions import HTTPError
 
-    from tessera.kube.api import KubeApiError
+    from tessera.kube.api import KubeApiError, TransportError
     from tessera.kube.client import ClientSettings, KubernetesClientApi
 
     kubeconfig = resolved.kubeconfig
@@ -57,6 +57,8 @@ def list_cluster_nodes(resolved: ResolvedKubeconfig) -> list[dict[str, Any]]:
     )
     try:
         return KubernetesClientApi.connect(settings).list_nodes()
+    except TransportError as exc:  # no HTTP answer: the client names the call and the cause
+        raise NodeListError(f"cannot reach the cluster to list its nodes ({' '.join(exc.message.split())[:300]})") from None
     except KubeApiError as exc:
         raise NodeListError(f"cannot list the cluster's nodes ({exc.status}: {' '.join(exc.message.split())})") from None
     except (HTTPError, OSError) as exc:  # the client does not wrap connection errors

@@ -84,11 +84,13 @@ def _nodes(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
             raise NodesError(str(exc)) from None
     from urllib3.exceptions import HTTPError
 
-    from tessera.kube.api import KubeApiError
+    from tessera.kube.api import KubeApiError, TransportError
     from tessera.kube.client import ClientSettings, KubernetesClientApi
 
     try:
         nodes = KubernetesClientApi.connect(ClientSettings(kubeconfig=args.kubeconfig, context=args.context)).list_nodes()
+    except TransportError as exc:  # no HTTP answer: the client names the call and the cause
+        raise NodesError(f"cannot reach the cluster to list its nodes ({' '.join(exc.message.split())}); or pass --nodes-from FILE ({NODES_DUMP_COMMAND})") from None
     except KubeApiError as exc:
         raise NodesError(f"cannot list the cluster's nodes ({exc.status}: {' '.join(exc.message.split())}); or pass --nodes-from FILE ({NODES_DUMP_COMMAND})") from None
     except (HTTPError, OSError) as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tessera.inspect.shape import ShapeError, check_node, check_pod, describe as _what
-from tessera.kube.api import KubeApi, KubeApiError, KubeObject
+from tessera.kube.api import KubeApi, KubeApiError, KubeObject, TransportError
 
 DUMP_COMMAND: Final = "kubectl get nodes,pods -A -o json"
 _LIST_ITEM_KIND: Final = {"NodeList": "Node", "PodList": "Pod"}
@@ -201,6 +201,8 @@ def _api_error_line(exc: KubeApiError) -> str:
         return f"the API server rejected the credentials (401: {message}); refresh the kubeconfig's token or certificate"
     if exc.status == 403:
         return f"the API server refused to list nodes or pods (403: {message}); {_RBAC_HINT}"
+    if isinstance(exc, TransportError):  # no HTTP answer at all
+        return f"cannot reach the Kubernetes API server ({message}); check the kubeconfig context and the network, or inspect a dump with --from FILE"
     if exc.status == 0:
         return f"{message}; check the kubeconfig, or inspect a dump with --from FILE"
     return f"listing nodes and pods failed ({exc.status}: {message}); retry, or inspect a dump with --from FILE"

@@ -2,7 +2,9 @@
 
 Everything that reads or writes cluster state goes through `KubeApi`. `tessera.kube.fake` holds an
 in-memory implementation (with watch streams) used by tests, `--simulate` modes and benchmarks;
-`tessera.kube.client` is the real adapter over the official `kubernetes` client. Objects are plain
+`tessera.kube.client` is the real adapter over the official `kubernetes` client;
+`tessera.kube.loopback` serves the in-memory one as the REST API on 127.0.0.1, with injectable
+faults, for tests and benchmarks that drive the real client. Objects are plain
 JSON-shaped dicts exactly as the API server returns them (camelCase keys), so the core never
 depends on a client library's model classes.
 """
@@ -39,6 +41,31 @@ class Conflict(KubeApiError):
 class NotFound(KubeApiError):
     def __init__(self, message: str) -> None:
         super().__init__(404, message)
+
+
+class TransportError(KubeApiError):
+    """No HTTP answer: the connection was refused, reset or closed, or the request timed out.
+    A write that ends so may or may not have been applied (`may_have_applied`).
+
+    The real client raises it for every such failure (urllib3 and socket errors, read timeouts,
+    an answer or a watch stream cut short, a 2xx whose body is not JSON), never another exception
+    type, with a message that names the call: `patch pod ns/p: no answer from the API server: ...`.
+    `status` is 0."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+
+
+def may_have_applied(exc: KubeApiError) -> bool:
+    """Whether a failed write may still have taken effect on the API server.
+
+    True for no answer at all (`TransportError`: the request may have been received and
+    committed, or may still be in flight) and for 5xx (the API server may fail after its storage
+    committed, e.g. a 504 from a timed-out handler whose etcd transaction went through). False for
+    4xx: the API server answers those before it writes (admission, validation, a stale
+    resourceVersion precondition, rate limiting). Callers resolve a True by reading back.
+    """
+    return isinstance(exc, TransportError) or exc.status >= 500
 
 
 class KubeApi(Protocol):
@@ -87,6 +114,19 @@ class KubeApi(Protocol):
         ...
 
     def create_event(self, namespace: str, body: KubeObject) -> KubeObject: ...
+
+    # --- leases (coordination.k8s.io/v1), for leader election ---
+    def get_lease(self, namespace: str, name: str) -> KubeObject:
+        """`NotFound` when there is none."""
+        ...
+
+    def create_lease(self, namespace: str, body: KubeObject) -> KubeObject:
+        """`Conflict` (409 AlreadyExists) when one of that name exists."""
+        ...
+
+    def replace_lease(self, namespace: str, name: str, body: KubeObject) -> KubeObject:
+        """PUT; with `metadata.resourceVersion` in `body`, `Conflict` when it is stale."""
+        ...
 
     # --- watches ---
     # A watch without `resource_version` starts with synthetic ADDED events for every existing

@@ -1,7 +1,8 @@
 """An in-memory Kubernetes API server implementing `KubeApi`.
 
-Used by tests, `tessera scheduler serve --simulate` and benchmarks. It keeps the semantics the
-extender's safety depends on, so tests against it mean something:
+Used by tests, `tessera scheduler serve --simulate`, benchmarks and, behind HTTP,
+`tessera.kube.loopback`. It keeps the semantics the extender's safety depends on, so tests against
+it mean something:
 
 - every write bumps one cluster-wide resourceVersion (like etcd's revision);
 - a patch with a stale `resource_version` fails with `Conflict` (optimistic concurrency);
@@ -10,13 +11,16 @@ extender's safety depends on, so tests against it mean something:
 - deleting a pod deletes the ConfigMaps it owns (what the garbage collector does);
 - evicting a pod deletes it like `delete_pod`, unless a disruption budget set with
   `set_disruption_budget` has no disruption left: 429, as the Eviction API answers;
+- Leases (coordination.k8s.io/v1) as `fake_leases` describes;
 - watches replay events after a resourceVersion, or start with synthetic ADDED events of every
-  object when no resourceVersion is given; a resourceVersion older than the kept history gets
-  410 Gone, so clients exercise their relist path. So does an open watch whose reader fell behind
-  the kept history: the stream ends with 410 instead of skipping the events it lost. Upstream
-  (kubernetes/kubernetes, tag v1.30.0, staging/src/k8s.io/apiserver/pkg/storage/cacher/
-  watch_cache.go, getAllEventsSinceLocked) answers `ResourceExpired` (410) "too old resource
-  version: %d (%d)", and cache_watcher.go closes a watcher too slow to take its events.
+  object when no resourceVersion is given, and answer 410 Gone as `fake_watch` describes.
+
+Errors carry upstream's `Status` (reason, message, details; `fake_status`), e.g.
+`pods "p" not found`, `Operation cannot be fulfilled on pods/binding "p": pod p is already
+assigned to node "n1"` (kubernetes/kubernetes pkg/registry/core/pod/storage/storage.go,
+`BindingREST.assignPod`). One difference is kept on purpose: binding to a node that does not exist
+is `NotFound` here, where the API server binds to any name; a test that binds to a typo then
+fails at once instead of leaving a pod on no node.
 
 All methods are thread-safe; every object handed out is a deep copy.
 
@@ -27,17 +31,31 @@ are pickle round trips (3x faster than `copy.deepcopy` for JSON-shaped objects, 
 """
 from __future__ import annotations
 
-import bisect
 import pickle
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from tessera.kube.api import Conflict, KubeApiError, KubeObject, NotFound, WatchEvent, WatchEventType
+from tessera.kube.api import Conflict, KubeObject, WatchEvent, WatchEventType
+from tessera.kube.fake_configmaps import ConfigMapTable
+from tessera.kube.fake_leases import LeaseTable
+from tessera.kube.fake_status import (
+    NODES,
+    POD_BINDING,
+    PODS,
+    FieldError,
+    already_exists,
+    conflict,
+    invalid,
+    not_found,
+    stale,
+    too_many_requests,
+    uid_precondition_failed,
+)
+from tessera.kube.fake_watch import Kind, WatchLog
 
 _DEFAULT_HISTORY = 10_000  # events kept per kind for watch resumption
 _PICKLE = pickle.HIGHEST_PROTOCOL
@@ -48,24 +66,12 @@ def _copy(obj: Any) -> Any:
     return pickle.loads(pickle.dumps(obj, _PICKLE))
 
 
-class Kind(Enum):
-    POD = "Pod"
-    NODE = "Node"
-
-
 @dataclass
 class _DisruptionBudget:
     """A PodDisruptionBudget reduced to what eviction checks: its pods and how many may go now."""
 
     match_labels: dict[str, str]
     disruptions_allowed: int
-
-
-@dataclass(frozen=True)
-class _Logged:
-    kind: Kind
-    revision: int
-    event: WatchEvent
 
 
 def _match_labels(obj: KubeObject, label_selector: str | None) -> bool:
@@ -106,14 +112,12 @@ class FakeKubeApi:
         self._revision = 0
         self._pods: dict[tuple[str, str], KubeObject] = {}
         self._nodes: dict[str, KubeObject] = {}
-        self._configmaps: dict[tuple[str, str], KubeObject] = {}
+        self._configmaps = ConfigMapTable(self._bump)
         self._pods_on: dict[str, dict[tuple[str, str], None]] = {}  # spec.nodeName -> pods (insertion-ordered)
-        self._owned: dict[str, set[tuple[str, str]]] = {}  # owner uid -> ConfigMaps naming it
         self._events: list[KubeObject] = []
         self._budgets: dict[tuple[str, str], _DisruptionBudget] = {}
-        self._history = history
-        self._logs: dict[Kind, list[_Logged]] = {Kind.POD: [], Kind.NODE: []}
-        self._trimmed_before: dict[Kind, int] = {Kind.POD: 0, Kind.NODE: 0}
+        self._watch_log = WatchLog(self._cond, history)
+        self._leases = LeaseTable(self._bump)
         self._closed = False
         # counters a test or benchmark can read to prove what happened
         self.bind_calls = 0
@@ -127,30 +131,22 @@ class FakeKubeApi:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self._revision)
 
     def _emit(self, kind: Kind, event_type: WatchEventType, obj: KubeObject) -> None:
-        log = self._logs[kind]
-        log.append(_Logged(kind, self._revision, WatchEvent(event_type, _copy(obj))))
-        if len(log) > self._history + max(1, self._history // 16):
-            # keep the newest `history` events; older resourceVersions now get 410 Gone. Trimmed in
-            # small steps: freeing `history` deep-copied objects at once stalled `serve --simulate`
-            # for ~30 ms every 10,000 events.
-            self._trimmed_before[kind] = log[-self._history - 1].revision
-            del log[: len(log) - self._history]
-        self._cond.notify_all()
+        self._watch_log.record(kind, self._revision, event_type, _copy(obj))
 
-    def _conflict(self, message: str) -> Conflict:
+    def _conflict(self, error: Conflict) -> Conflict:
         self.conflicts += 1
-        return Conflict(message)
+        return error
 
     def _pod(self, namespace: str, name: str) -> KubeObject:
         pod = self._pods.get((namespace, name))
         if pod is None:
-            raise NotFound(f'pods "{name}" not found in namespace "{namespace}"')
+            raise not_found(PODS, name)
         return pod
 
     def _node(self, name: str) -> KubeObject:
         node = self._nodes.get(name)
         if node is None:
-            raise NotFound(f'nodes "{name}" not found')
+            raise not_found(NODES, name)
         return node
 
     def _place(self, key: tuple[str, str], pod: KubeObject, sign: int) -> None:
@@ -165,21 +161,12 @@ class FakeKubeApi:
             if not on:
                 del self._pods_on[str(node)]
 
-    def _own(self, key: tuple[str, str], cm: KubeObject, sign: int) -> None:
-        for owner in (cm.get("metadata") or {}).get("ownerReferences") or []:
-            uid = owner.get("uid") if isinstance(owner, dict) else None
-            if not isinstance(uid, str):
-                continue
-            if sign > 0:
-                self._owned.setdefault(uid, set()).add(key)
-            elif uid in self._owned:
-                self._owned[uid].discard(key)
-                if not self._owned[uid]:
-                    del self._owned[uid]
-
     @staticmethod
-    def _new_metadata(obj: KubeObject) -> dict[str, Any]:
+    def _new_metadata(obj: KubeObject, kind: str) -> dict[str, Any]:
         meta: dict[str, Any] = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            required = FieldError("metadata.name", "Required value", "name or generateName is required", cause_type="FieldValueRequired")
+            raise invalid(kind, "", "", [required])
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         return meta
@@ -193,11 +180,11 @@ class FakeKubeApi:
     def create_pod(self, body: KubeObject) -> KubeObject:
         with self._cond:
             pod = _copy(body)
-            meta = self._new_metadata(pod)
+            meta = self._new_metadata(pod, "Pod")
             meta.setdefault("namespace", "default")
             key = (meta["namespace"], meta["name"])
             if key in self._pods:
-                raise self._conflict(f'pods "{key[1]}" already exists')
+                raise self._conflict(already_exists(PODS, key[1]))
             pod.setdefault("spec", {})
             pod.setdefault("status", {}).setdefault("phase", "Pending")
             self._bump(pod)
@@ -231,13 +218,11 @@ class FakeKubeApi:
         with self._cond:
             pod = self._pods.pop((namespace, name), None)
             if pod is None:
-                raise NotFound(f'pods "{name}" not found in namespace "{namespace}"')
+                raise not_found(PODS, name)
             self._place((namespace, name), pod, -1)
             self._bump(pod)
             self._emit(Kind.POD, "DELETED", pod)
-            for key in sorted(self._owned.get(pod["metadata"]["uid"], ())):
-                cm = self._configmaps.pop(key)
-                self._own(key, cm, -1)
+            self._configmaps.collect_owned_by(pod["metadata"]["uid"])
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> KubeObject:
         with self._cond:
@@ -250,9 +235,9 @@ class FakeKubeApi:
     def create_node(self, body: KubeObject) -> KubeObject:
         with self._cond:
             node = _copy(body)
-            meta = self._new_metadata(node)
+            meta = self._new_metadata(node, "Node")
             if meta["name"] in self._nodes:
-                raise self._conflict(f'nodes "{meta["name"]}" already exists')
+                raise self._conflict(already_exists(NODES, meta["name"]))
             self._bump(node)
             self._nodes[meta["name"]] = node
             self._emit(Kind.NODE, "ADDED", node)
@@ -262,17 +247,30 @@ class FakeKubeApi:
         with self._cond:
             node = self._nodes.pop(name, None)
             if node is None:
-                raise NotFound(f'nodes "{name}" not found')
+                raise not_found(NODES, name)
             self._bump(node)
             self._emit(Kind.NODE, "DELETED", node)
 
     def list_configmaps(self, namespace: str | None = None) -> list[KubeObject]:
         with self._cond:
-            return [_copy(cm) for (ns, _), cm in self._configmaps.items() if namespace in (None, ns)]
+            return [_copy(cm) for cm in self._configmaps.in_namespace(namespace)]
 
     def list_events(self) -> list[KubeObject]:
         with self._cond:
             return _copy(self._events)
+
+    def store_parts(self) -> tuple[object, ...]:
+        """Every container the store keeps (memory accounting: `bench/scale_memory.py`)."""
+        with self._cond:
+            return (
+                self._pods, self._nodes, self._events, self._pods_on,
+                *self._configmaps.parts(), *self._watch_log.parts(), *self._leases.parts(),
+            )
+
+    def logged_events(self) -> int:
+        """How many watch events the history keeps now."""
+        with self._cond:
+            return len(self._watch_log)
 
     def close(self) -> None:
         """End every open watch stream (used on shutdown)."""
@@ -302,11 +300,8 @@ class FakeKubeApi:
         with self._cond:
             pod = self._pod(namespace, name)
             current = pod["metadata"]["resourceVersion"]
-            if resource_version is not None and resource_version != current:
-                raise self._conflict(
-                    f'Operation cannot be fulfilled on pods "{name}": the object has been modified; '
-                    "please apply your changes to the latest version and try again"
-                )
+            if resource_version not in (None, "", "0") and resource_version != current:  # "" and "0" read as unset
+                raise self._conflict(stale(PODS, name))
             _merge_map(pod["metadata"].setdefault("annotations", {}), annotations)
             self._bump(pod)
             self._emit(Kind.POD, "MODIFIED", pod)
@@ -317,12 +312,12 @@ class FakeKubeApi:
             self.bind_calls += 1
             pod = self._pod(namespace, name)
             if uid and pod["metadata"]["uid"] != uid:
-                raise self._conflict(f'Precondition failed: UID in precondition: {uid}, UID in object meta: {pod["metadata"]["uid"]}')
+                raise self._conflict(uid_precondition_failed(PODS, namespace, name, uid, pod["metadata"]["uid"]))
             bound = pod.get("spec", {}).get("nodeName")
             if bound:
-                raise self._conflict(f'pod {name} is already assigned to node "{bound}"')
+                raise self._conflict(conflict(POD_BINDING, name, f'pod {name} is already assigned to node "{bound}"'))
             if node_name not in self._nodes:
-                raise NotFound(f'nodes "{node_name}" not found')
+                raise not_found(NODES, node_name)
             pod["spec"]["nodeName"] = node_name
             self._place((namespace, name), pod, +1)
             conditions = pod.setdefault("status", {}).setdefault("conditions", [])
@@ -334,7 +329,7 @@ class FakeKubeApi:
         with self._cond:
             pod = self._pod(namespace, name)
             if uid and pod["metadata"]["uid"] != uid:
-                raise self._conflict(f'Precondition failed: UID in precondition: {uid}, UID in object meta: {pod["metadata"]["uid"]}')
+                raise self._conflict(uid_precondition_failed(PODS, namespace, name, uid, pod["metadata"]["uid"]))
             labels: dict[str, str] = pod["metadata"].get("labels") or {}
             # the API server skips the budget check for pods that finished already
             terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
@@ -343,7 +338,8 @@ class FakeKubeApi:
             ]
             if any(b.disruptions_allowed <= 0 for b in budgets):
                 self.evictions_refused += 1
-                raise KubeApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                # policy/v1 eviction (pkg/registry/core/pod/storage/eviction.go): NewTooManyRequests
+                raise too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.")
             for budget in budgets:
                 budget.disruptions_allowed -= 1
             self.evicted.append((namespace, name))
@@ -390,88 +386,61 @@ class FakeKubeApi:
     def create_configmap(self, namespace: str, body: KubeObject) -> KubeObject:
         with self._cond:
             cm = _copy(body)
-            meta = self._new_metadata(cm)
-            meta["namespace"] = namespace
-            key = (namespace, meta["name"])
-            if key in self._configmaps:
-                raise self._conflict(f'configmaps "{meta["name"]}" already exists')
-            self._bump(cm)
-            self._configmaps[key] = cm
-            self._own(key, cm, +1)
-            return _copy(cm)
+            self._new_metadata(cm, "ConfigMap")
+            try:
+                return _copy(self._configmaps.create(namespace, cm))
+            except Conflict:
+                self.conflicts += 1
+                raise
 
     def replace_configmap(self, namespace: str, name: str, body: KubeObject) -> KubeObject:
         with self._cond:
-            old = self._configmaps.get((namespace, name))
-            if old is None:
-                raise NotFound(f'configmaps "{name}" not found')
-            wanted = body.get("metadata", {}).get("resourceVersion")
-            if wanted is not None and wanted != old["metadata"]["resourceVersion"]:
-                raise self._conflict(f'Operation cannot be fulfilled on configmaps "{name}": the object has been modified')
-            cm = _copy(body)
-            meta = cm.setdefault("metadata", {})
-            meta.update({"name": name, "namespace": namespace, "uid": old["metadata"]["uid"]})
-            meta["creationTimestamp"] = old["metadata"].get("creationTimestamp")
-            self._bump(cm)
-            self._own((namespace, name), old, -1)
-            self._configmaps[(namespace, name)] = cm
-            self._own((namespace, name), cm, +1)
-            return _copy(cm)
+            try:
+                return _copy(self._configmaps.replace(namespace, name, _copy(body)))
+            except Conflict:
+                self.conflicts += 1
+                raise
 
     def get_configmap(self, namespace: str, name: str) -> KubeObject:
         with self._cond:
-            cm = self._configmaps.get((namespace, name))
-            if cm is None:
-                raise NotFound(f'configmaps "{name}" not found in namespace "{namespace}"')
-            return _copy(cm)
+            return _copy(self._configmaps.get(namespace, name))
 
     def create_event(self, namespace: str, body: KubeObject) -> KubeObject:
         with self._cond:
             event = _copy(body)
-            self._new_metadata(event)["namespace"] = namespace
+            self._new_metadata(event, "Event")["namespace"] = namespace
             self._bump(event)
             self._events.append(event)
             return _copy(event)
 
+    # --- leases --------------------------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> KubeObject:
+        with self._cond:
+            return _copy(self._leases.get(namespace, name))
+
+    def create_lease(self, namespace: str, body: KubeObject) -> KubeObject:
+        with self._cond:
+            return _copy(self._leases.create(namespace, _copy(body)))
+
+    def replace_lease(self, namespace: str, name: str, body: KubeObject) -> KubeObject:
+        return self.put_lease(namespace, name, body)[0]
+
+    def put_lease(self, namespace: str, name: str, body: KubeObject) -> tuple[KubeObject, bool]:
+        """`replace_lease`, and whether the PUT created the Lease (the API server answers 201)."""
+        with self._cond:
+            lease, created = self._leases.replace(namespace, name, _copy(body))
+            return _copy(lease), created
+
     # --- watches --------------------------------------------------------------------------------
     def watch_pods(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:
-        return self._watch(Kind.POD, resource_version, stop_after_s)
+        return self._watch_log.stream(Kind.POD, self._snapshot(self._pods), resource_version, stop_after_s, self._is_closed)
 
     def watch_nodes(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:
-        return self._watch(Kind.NODE, resource_version, stop_after_s)
+        return self._watch_log.stream(Kind.NODE, self._snapshot(self._nodes), resource_version, stop_after_s, self._is_closed)
 
-    def _watch(self, kind: Kind, resource_version: str | None, stop_after_s: float | None) -> Iterator[WatchEvent]:
-        """Events are shared between watchers: consumers must not mutate them."""
-        deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
-        with self._cond:
-            if resource_version is None:
-                store: Mapping[Any, KubeObject] = self._pods if kind is Kind.POD else self._nodes
-                initial = [WatchEvent("ADDED", _copy(o)) for o in store.values()]
-                seen = self._revision
-            else:
-                seen = int(resource_version)
-                if seen < self._trimmed_before[kind]:
-                    raise KubeApiError(410, f"too old resource version: {seen} ({self._trimmed_before[kind]})")
-                initial = []
-        yield from initial
-        log = self._logs[kind]
-        while True:
-            with self._cond:
-                if seen < self._trimmed_before[kind]:
-                    # the watcher fell behind the kept history: events it has not seen are gone, so
-                    # the stream ends with 410 as the API server's watch cache ends a slow watcher
-                    # (the client relists) instead of skipping them
-                    raise KubeApiError(410, f"too old resource version: {seen} ({self._trimmed_before[kind]})")
-                start = bisect.bisect_right(log, seen, key=lambda e: e.revision)
-                pending = log[start:]
-                if not pending:
-                    if self._closed:
-                        return
-                    timeout = None if deadline is None else deadline - time.monotonic()
-                    if timeout is not None and timeout <= 0:
-                        return
-                    self._cond.wait(min(timeout, 1.0) if timeout is not None else 1.0)
-                    continue
-                seen = pending[-1].revision
-            for logged in pending:
-                yield logged.event
+    def _snapshot(self, store: Mapping[Any, KubeObject]) -> Callable[[], tuple[list[KubeObject], int]]:
+        """Copies of every object of `store` and the revision they are at (called under the lock)."""
+        return lambda: ([_copy(o) for o in store.values()], self._revision)
+
+    def _is_closed(self) -> bool:
+        return self._closed

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, NotFound, WatchEvent
 from tessera.kube.fake import FakeKubeApi
+from tessera.kube.fake_status import status_of
 
 
 def _pod(name: str, ns: str = "default", labels: dict[str, str] | None = None) -> dict[str, object]:
@@ -270,3 +271,37 @@ def test_a_watcher_that_falls_behind_the_kept_history_gets_410_not_a_gap() -> No
     with pytest.raises(KubeApiError) as info:
         next(stream)
     assert info.value.status == 410 and "too old resource version" in info.value.message
+
+
+OPTIMISTIC = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "reason", "message"),
+    [
+        (lambda api, uid: api.get_pod("default", "nope"), NotFound, "NotFound", 'pods "nope" not found'),
+        (lambda api, uid: api.get_configmap("default", "nope"), NotFound, "NotFound", 'configmaps "nope" not found'),
+        (lambda api, uid: api.create_configmap("default", {"metadata": {"name": "cm"}}), Conflict, "AlreadyExists", 'configmaps "cm" already exists'),
+        (lambda api, uid: api.patch_pod_annotations("default", "p", {"a": "1"}, resource_version="1"), Conflict, "Conflict",
+         f'Operation cannot be fulfilled on pods "p": {OPTIMISTIC}'),
+        (lambda api, uid: api.bind_pod("default", "p", uid, "n1"), Conflict, "Conflict",
+         'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n1"'),
+        (lambda api, uid: api.bind_pod("default", "p", "other-uid", "n1"), Conflict, "Conflict",
+         'Operation cannot be fulfilled on pods "p": StorageError: invalid object, Code: 4, Key: /registry/pods/default/p, '
+         "ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: other-uid, UID in object meta: {uid}"),
+    ],
+    ids=["pod missing", "configmap missing", "configmap exists", "stale patch", "bound twice", "UID precondition"],
+)
+def test_errors_carry_the_api_servers_reason_and_message(
+    api: FakeKubeApi, call: Callable[[FakeKubeApi, str], object], error: type[KubeApiError], reason: str, message: str
+) -> None:
+    """k8s.io/apimachinery pkg/api/errors/errors.go; the binding conflict of kubernetes/kubernetes
+    pkg/registry/core/pod/storage/storage.go `BindingREST.assignPod`."""
+    api.create_node(_node("n1"))
+    uid = api.create_pod(_pod("p"))["metadata"]["uid"]
+    api.create_configmap("default", {"metadata": {"name": "cm"}})
+    api.bind_pod("default", "p", uid, "n1")
+    with pytest.raises(error) as info:
+        call(api, uid)
+    status = status_of(info.value)
+    assert (status.reason, status.message) == (reason, message.format(uid=uid))
