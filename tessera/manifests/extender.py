@@ -1,29 +1,56 @@
-"""The scheduler extender: `tessera scheduler serve` behind a ClusterIP Service.
+"""The scheduler extender: `tessera scheduler serve` replicas behind a ClusterIP Service.
 
-One replica, by design. The extender keeps a cache of nodes and allocations (rebuilt from pod
-annotations at start) and serialises binds in-process; that lock is what guarantees no two pods
-get the same GPU capacity. Two active replicas would each hold a lock the other cannot see, so:
+The extender's guarantee that no two pods get the same GPU capacity rests on one binder: binds
+are serialised in the binder's memory. With leader election that binder is whichever replica holds
+the Lease `tessera.model.contract.EXTENDER_LEASE` in Tessera's namespace, so several replicas are
+safe, and more than one is what keeps shared-GPU scheduling going through restarts:
 
-- `replicas: 1` with the `Recreate` strategy: the old pod is gone before the new one starts, even
-  during an upgrade (a RollingUpdate surge would briefly run two binders);
-- the PodDisruptionBudget allows the one pod to be evicted (`maxUnavailable: 1`), so node drains
-  never hang on it. While it restarts, kube-scheduler's calls fail, `ignorable: false` keeps
-  Tessera pods Pending, and they are scheduled as soon as the new pod has rebuilt its cache;
-  no pod is ever placed without an allocation record.
+- `scheduler.extender.replicas` (default 2). Every replica lists and watches nodes and pods, so a
+  standby's cache is warm; the leader alone binds and expires reservations. Every replica that has
+  synced answers /healthz and /readyz, and a standby forwards kube-scheduler's calls to the
+  leader's advertised `http://$(POD_IP):8888`, so the Service keeps routing to all of them.
+- The flags are kube-scheduler's (`--leader-elect-*`, timing from
+  `scheduler.extender.leaderElection`, Go durations; rules and defaults in
+  `tessera.model.leader_election`). `POD_NAME` is the replica's identity in the Lease.
+- `RollingUpdate` with maxSurge 1 and maxUnavailable 0: a new replica starts, syncs and stands by
+  before an old one is stopped. The old leader's SIGTERM releases the Lease (planned handover), so
+  a standby takes over within a retry period instead of a lease duration.
+- `terminationGracePeriodSeconds` (`termination_grace_seconds`) covers the three waits of a
+  departing leader, in order: the calls in flight (kube-scheduler gives up on them after
+  `scheduler.httpTimeoutSeconds`), the Lease release (one API write, bounded by the API client's
+  request timeout), and forwarding calls that still arrive through endpoints not yet updated
+  until a standby leads (at most one lease duration, when the release did not land). A replica
+  that finishes sooner exits sooner; the grace period only bounds the wait.
+- Spread: `topologySpreadConstraints` over nodes and zones, `whenUnsatisfiable: ScheduleAnyway`.
+  A required rule (DoNotSchedule, or required pod anti-affinity) would leave the second replica
+  Pending on a one-node dev or kind cluster, and would stall every rolling update on a cluster with
+  as many system nodes as replicas (the surge pod has no free node). Spread constraints rather than
+  preferred anti-affinity: they balance 3-5 replicas over fewer nodes evenly instead of only
+  avoiding occupied nodes, and `matchLabelKeys: [pod-template-hash]` spreads the new revision's
+  replicas among themselves during a rollout, so old pods about to stop do not pull two new ones
+  onto one node.
+- PodDisruptionBudget `maxUnavailable: 1`, for every replica count: drains evict one replica at a
+  time and never the last healthy one while another replica is down; with `replicas: 1` the one
+  pod may still be evicted, so a drain never hangs on it (`minAvailable: 1` would block it forever).
+  At 3+ replicas it also keeps all but one up, where `minAvailable: 1` would let drains take all
+  but one. `unhealthyPodEvictionPolicy: AlwaysAllow` lets a drain evict a replica that is not ready.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
-from tessera.model.contract import EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
+from tessera.kube.client import ClientSettings
+from tessera.model.contract import EXTENDER_LEASE, EXTENDER_PORT, EXTENDER_SERVICE, PRIORITY_CLASS_CRITICAL
+from tessera.model.leader_election import format_go_duration
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
     env,
+    field_env,
     http_probe,
     metadata,
     obj,
-    pod_disruption_budget,
     policy_rule,
     resources,
     restricted_security_context,
@@ -33,17 +60,25 @@ from tessera.manifests.objects import (
     tmp_volume,
 )
 from tessera.manifests.pools import pools_env, pools_mount, pools_volume
-from tessera.manifests.rbac import cluster_grant
+from tessera.manifests.rbac import cluster_grant, namespaced_grant
 from tessera.manifests.scheduler import preempt_budget_seconds
 from tessera.manifests.settings import PlatformSettings
 
 COMPONENT: Final = "extender"
 NAME: Final = EXTENDER_SERVICE
-REPLICAS: Final = 1  # see the module docstring: one in-process bind lock
+LEADER_ELECTION_ROLE: Final = f"{NAME}:leader-election"
+# Downward-API variables the runtime reads: its identity in the Lease, its namespace, and the
+# address standbys forward to while this replica leads.
+POD_NAME_ENV: Final = "POD_NAME"
+POD_NAMESPACE_ENV: Final = "POD_NAMESPACE"
+POD_IP_ENV: Final = "POD_IP"
+SPREAD_TOPOLOGY_KEYS: Final = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 
 
 def extender_command(settings: PlatformSettings) -> list[str]:
-    """The container command; the listen address must be reachable from the scheduler pods."""
+    """The container command; the listen address must be reachable from the scheduler pods and
+    from the other replicas (standbys forward to the leader's pod IP)."""
+    timing = settings.scheduler.extender.leader_election
     return [
         "tessera",
         "scheduler",
@@ -58,11 +93,18 @@ def extender_command(settings: PlatformSettings) -> list[str]:
         settings.scheduler.log_level.upper(),
         "--preempt-budget",
         str(preempt_budget_seconds(settings)),
+        "--leader-elect=true",
+        f"--leader-elect-lease-duration={format_go_duration(timing.lease_duration_s)}",
+        f"--leader-elect-renew-deadline={format_go_duration(timing.renew_deadline_s)}",
+        f"--leader-elect-retry-period={format_go_duration(timing.retry_period_s)}",
+        f"--leader-elect-resource-name={EXTENDER_LEASE}",
+        f"--leader-elect-resource-namespace={settings.namespace}",
+        f"--advertise-address=$({POD_IP_ENV})",
     ]
 
 
 def extender_rules() -> list[dict[str, Any]]:
-    """Exactly the API calls `tessera.kube.client` makes for the extender."""
+    """Exactly the cluster-wide API calls `tessera.kube.client` makes for the extender."""
     return [
         # cache of pods (allocation records) and bind-time annotations
         policy_rule([""], ["pods"], ["get", "list", "watch", "patch"]),
@@ -77,20 +119,61 @@ def extender_rules() -> list[dict[str, Any]]:
     ]
 
 
+def leader_election_rules() -> list[dict[str, Any]]:
+    """Leader election's calls: GET, PUT and POST of the one Lease, in Tessera's namespace only
+    (a Role, not a ClusterRole); no list, no watch."""
+    return [
+        # RBAC cannot restrict `create` by resourceNames: the object's name may not be known when the
+        # request is authorized (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources).
+        # The Role's namespace bounds it instead: a Lease created under another name elects nobody.
+        policy_rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        policy_rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [EXTENDER_LEASE]),
+    ]
+
+
+def termination_grace_seconds(settings: PlatformSettings) -> int:
+    """Calls in flight + the Lease release write + forwarding until a standby leads (module docstring)."""
+    in_flight = settings.scheduler.http_timeout_seconds
+    release = ClientSettings().request_timeout_s
+    takeover = settings.scheduler.extender.leader_election.lease_duration_s
+    return math.ceil(in_flight + release + takeover)
+
+
+def _spread() -> list[dict[str, Any]]:
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(COMPONENT, NAME)},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+        for key in SPREAD_TOPOLOGY_KEYS
+    ]
+
+
 def _deployment(settings: PlatformSettings) -> KubeObject:
     port = {"name": "http", "containerPort": EXTENDER_PORT, "protocol": "TCP"}
+    downward = [
+        field_env(POD_IP_ENV, "status.podIP"),
+        field_env(POD_NAME_ENV, "metadata.name"),
+        field_env(POD_NAMESPACE_ENV, "metadata.namespace"),
+    ]
     container = {
         "name": "extender",
         "image": settings.tessera_image,
         "imagePullPolicy": settings.pull_policy,
         "command": extender_command(settings),
-        "env": env(pools_env()),
+        "env": [*env(pools_env()), *downward],
         "ports": [port],
         # /healthz answers 503 until the cache is in sync: allow up to 5 minutes for a first list of a
         # large cluster before liveness applies
         "startupProbe": http_probe("/healthz", "http", period_seconds=5, failure_threshold=60),
         "livenessProbe": http_probe("/healthz", "http", failure_threshold=6),
-        "readinessProbe": http_probe("/healthz", "http", period_seconds=5),
+        # a crashed replica leaves the Service's endpoints within ~4 s (2 s x 2 failures), about
+        # when a standby takes its lease: kube-scheduler's connections stop reaching a dead pod
+        # about when there is a new leader to forward to
+        "readinessProbe": http_probe("/readyz", "http", period_seconds=2, failure_threshold=2),
         "resources": resources("200m", "256Mi", "2", "2Gi"),
         "securityContext": restricted_security_context(),
         "volumeMounts": [pools_mount(), tmp_mount()],
@@ -100,7 +183,8 @@ def _deployment(settings: PlatformSettings) -> KubeObject:
         "automountServiceAccountToken": True,  # it is an API client
         "priorityClassName": PRIORITY_CLASS_CRITICAL,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": termination_grace_seconds(settings),
+        "topologySpreadConstraints": _spread(),
         **settings.pull_secrets_spec(),
         "containers": [container],
         "volumes": [pools_volume(), tmp_volume()],
@@ -111,10 +195,10 @@ def _deployment(settings: PlatformSettings) -> KubeObject:
         "Deployment",
         metadata(NAME, COMPONENT, settings.namespace),
         spec={
-            "replicas": REPLICAS,
+            "replicas": settings.scheduler.extender.replicas,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(COMPONENT, NAME)},
-            "strategy": {"type": "Recreate"},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {"metadata": {"labels": dict(sorted(labels.items()))}, "spec": pod_spec},
         },
     )
@@ -136,6 +220,16 @@ def _service(settings: PlatformSettings) -> KubeObject:
     )
 
 
+def _disruption_budget(settings: PlatformSettings) -> KubeObject:
+    """`maxUnavailable: 1` whatever the replica count (module docstring)."""
+    spec = {
+        "selector": {"matchLabels": selector_labels(COMPONENT, NAME)},
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    return obj("policy/v1", "PodDisruptionBudget", metadata(NAME, COMPONENT, settings.namespace), spec=spec)
+
+
 def build_extender_objects(settings: PlatformSettings) -> list[KubeObject]:
     """ServiceAccount, RBAC, Deployment, Service and disruption budget of the extender."""
     if not settings.sharing_enabled:
@@ -143,7 +237,8 @@ def build_extender_objects(settings: PlatformSettings) -> list[KubeObject]:
     return [
         service_account(NAME, COMPONENT, settings.namespace),
         *cluster_grant(NAME, COMPONENT, extender_rules(), NAME, settings.namespace),
+        *namespaced_grant(LEADER_ELECTION_ROLE, COMPONENT, leader_election_rules(), NAME, settings.namespace),
         _deployment(settings),
         _service(settings),
-        pod_disruption_budget(NAME, COMPONENT, settings.namespace, REPLICAS),
+        _disruption_budget(settings),
     ]

@@ -7,7 +7,7 @@ allow.
 
 | pod | port | from |
 | --- | --- | --- |
-| extender | 8888 (filter/prioritize/bind, /metrics) | tessera-scheduler pods; Prometheus |
+| extender | 8888 (filter/prioritize/bind, /metrics) | tessera-scheduler pods; the other extender replicas (a standby forwards to the leader); Prometheus (every replica) |
 | tessera-scheduler | 10259 (/metrics, HTTPS + token review) | Prometheus |
 | tessera-node | agent and device plugin metrics ports | Prometheus |
 | tessera-webhook | 8443 (admission, HTTPS) | anywhere: the API server's address is not portable; the policy still closes every other port |
@@ -57,7 +57,8 @@ def build_network_policies(settings: PlatformSettings) -> dict[str, list[KubeObj
         return {}
     scrape = [_prometheus_peer()] if settings.monitoring.enabled else []
     scheduler_pods = {"podSelector": {"matchLabels": selector_labels(scheduler.COMPONENT, scheduler.NAME)}}
-    extender_rules = [_rule(EXTENDER_PORT, [scheduler_pods, *scrape])]
+    extender_pods = {"podSelector": {"matchLabels": selector_labels(extender.COMPONENT, extender.NAME)}}
+    extender_rules = [_rule(EXTENDER_PORT, [scheduler_pods, extender_pods, *scrape])]
     scheduler_rules = [_rule(scheduler.SECURE_PORT, scrape)] if scrape else []
     node_rules = [_rule(port, scrape) for port in (settings.monitoring.metrics_port, settings.monitoring.device_plugin_metrics_port)] if scrape else []
     return {

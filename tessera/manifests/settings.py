@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tessera.model.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
+from tessera.model.leader_election import LeaderElectionTiming
 
 if TYPE_CHECKING:  # the adapter is the only place that knows the config model
     from tessera.model.stack import StackConfig
@@ -42,6 +43,15 @@ class SharedPool:
 
 
 @dataclass(frozen=True)
+class ExtenderSettings:
+    """The extender's replicas and the timing of their Lease (defaults match the stack config's)."""
+
+    replicas: int = 2
+    """Default 2: one leader binds, a standby takes over on a handover or when the leader's Lease expires."""
+    leader_election: LeaderElectionTiming = LeaderElectionTiming()
+
+
+@dataclass(frozen=True)
 class SchedulerSettings:
     """The second kube-scheduler and its extender entry (defaults match the stack config's)."""
 
@@ -53,6 +63,7 @@ class SchedulerSettings:
     http_timeout_seconds: float = 5.0
     """Default 5 s: filter/prioritize answer in ms; bind writes a ConfigMap and two API calls."""
     log_level: str = "info"
+    extender: ExtenderSettings = ExtenderSettings()
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,7 @@ def platform_settings(config: StackConfig) -> PlatformSettings:
             weight=s.weight,
             http_timeout_seconds=s.http_timeout_seconds,
             log_level=s.log_level,
+            extender=ExtenderSettings(replicas=s.extender.replicas, leader_election=s.extender.leader_election.timing()),
         ),
         quotas=tuple(NamespaceQuota(q.namespace, q.hard()) for q in config.quotas if q.hard()),
         monitoring=MonitoringSettings(

@@ -179,6 +179,7 @@ PRIORITY_CLASS_ONLINE: Final = "tessera-online"
 PRIORITY_CLASS_OFFLINE: Final = "tessera-offline"
 EXTENDER_SERVICE: Final = "tessera-extender"  # Service in TESSERA_NAMESPACE in front of `tessera scheduler serve`
 EXTENDER_PORT: Final = 8888
+EXTENDER_LEASE: Final = "tessera-extender"  # the extender replicas' leader-election Lease (coordination.k8s.io/v1) in TESSERA_NAMESPACE
 # Per-pool sharing settings (JSON object pool name -> settings) in TESSERA_NAMESPACE, mounted into the
 # extender, the node agent and the webhook at POOLS_FILE. A policy edit changes only this ConfigMap
 # (and the pool's node labels), never a pod template, so it rolls out without restarts.

@@ -22,7 +22,7 @@ MIG_MANAGER: Final = "nvidia-mig-manager"
 DCGM_EXPORTER: Final = "dcgm-exporter"
 TESSERA_DEVICE_PLUGIN: Final = "tessera-device-plugin"
 TESSERA_NODE_AGENT: Final = "tessera-node-agent"
-TESSERA_SCHEDULER: Final = "tessera-scheduler (kube-scheduler + extender)"
+TESSERA_SCHEDULER: Final = "tessera-scheduler"
 TESSERA_WEBHOOK: Final = "tessera-webhook"
 GPU_OPERATOR: Final = "gpu-operator"
 REPARTITION_JOB: Final = "tessera-repartition (CronJobs)"
@@ -241,12 +241,18 @@ def plan_pool(pool: PoolBase, cfg: StackConfig) -> PoolPlan:
     )
 
 
+def _scheduler_component(cfg: StackConfig) -> str:
+    """The second scheduler and its extender, with the replicas of each (one leader among them)."""
+    s = cfg.scheduler
+    return f"{TESSERA_SCHEDULER} (kube-scheduler x{s.replicas} + extender x{s.extender.replicas}, each leader-elected)"
+
+
 def plan_stack(cfg: StackConfig) -> StackPlan:
     """The plan of a validated stack."""
     kinds = {p.kind for p in cfg.node_pools}
     cluster: list[str] = []
     if "shared" in kinds:
-        cluster += [TESSERA_SCHEDULER, TESSERA_WEBHOOK]
+        cluster += [_scheduler_component(cfg), TESSERA_WEBHOOK]
     if cfg.gpu_operator.enabled:
         cluster.append(GPU_OPERATOR)
     if any(p.repartition for p in cfg.node_pools):

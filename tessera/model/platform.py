@@ -1,18 +1,24 @@
 """In-cluster settings: scheduler, images, NVIDIA GPU operator, quotas, monitoring, webhook."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
 from tessera.model.base import ConfigModel
+from tessera.model.leader_election import (
+    DEFAULT_LEASE_DURATION_S,
+    DEFAULT_RENEW_DEADLINE_S,
+    DEFAULT_RETRY_PERIOD_S,
+    LeaderElectionTiming,
+)
 from tessera.model.monitoring import (  # noqa: F401 - re-exported: the section's home before it grew
     DEFAULT_PROMETHEUS_ADAPTER_CHART_VERSION,
     DEFAULT_PROMETHEUS_URL,
     MonitoringConfig,
 )
 from tessera.model.values import DnsLabel, ImageDigest, ImageRepository, ImageTag, Version
-from tessera.model.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU, NodePlacement
+from tessera.model.contract import EXTENDER_LEASE, GPU_CORE, GPU_MEMORY, NVIDIA_GPU, NodePlacement
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 PullPolicy = Literal["IfNotPresent", "Always", "Never"]
@@ -23,11 +29,48 @@ DEFAULT_TESSERA_TAG = "0.1.0"
 DEFAULT_KUBE_SCHEDULER_REPOSITORY = "registry.k8s.io/kube-scheduler"
 
 
+# Longest accepted lease timing: a crashed leader's binds stop for up to the lease duration, and
+# kube-scheduler's own default (15 s) must still be expressible.
+MAX_LEADER_ELECTION_SECONDS: Final = 60.0
+
+
+class LeaderElectionConfig(ConfigModel):
+    """Leader election of the extender replicas (one Lease in Tessera's namespace). Rendered as kube-scheduler's `--leader-elect-*` flags and checked by client-go's rules: the lease outlasts the renew deadline, and the renew deadline leaves the leader more than one jittered retry period to renew."""
+
+    lease_duration_seconds: float = Field(
+        default=DEFAULT_LEASE_DURATION_S, ge=0.001, le=MAX_LEADER_ELECTION_SECONDS,
+        description="A standby takes the Lease over when the leader has not renewed it for this long (measured on the standby's own clock), so after a leader crashes binding pauses for up to this long plus one retry period.",
+    )
+    renew_deadline_seconds: float = Field(
+        default=DEFAULT_RENEW_DEADLINE_S, ge=0.001, le=MAX_LEADER_ELECTION_SECONDS,
+        description="The leader stops binding when it could not renew the Lease for this long; shorter than the lease duration, so it has stopped before a standby may take over.",
+    )
+    retry_period_seconds: float = Field(
+        default=DEFAULT_RETRY_PERIOD_S, ge=0.001, le=MAX_LEADER_ELECTION_SECONDS,
+        description="How often the leader renews the Lease and standbys try to acquire it; after a planned handover (SIGTERM) a standby takes over within about this long.",
+    )
+
+    def timing(self) -> LeaderElectionTiming:
+        """The same timing as the runtime reads it (rules and defaults in `tessera.model.leader_election`)."""
+        return LeaderElectionTiming(self.lease_duration_seconds, self.renew_deadline_seconds, self.retry_period_seconds)
+
+
+class ExtenderConfig(ConfigModel):
+    """The scheduler extender (`tessera scheduler serve`): replicas and their leader election."""
+
+    replicas: int = Field(
+        default=2, ge=1, le=5,
+        description=f"Extender replicas: 2 or more for availability; 1 stops shared-GPU scheduling during every restart. The holder of the Lease {EXTENDER_LEASE} is the only one that binds; the others keep their cache warm from the watch and forward kube-scheduler's calls to it.",
+    )
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, description="Lease timing of the extender replicas.")
+
+
 class SchedulerConfig(ConfigModel):
     """The tessera-scheduler (official kube-scheduler image + Tessera's extender) for shared pools."""
 
     placement: NodePlacement = Field(default="fragmentation-aware", description="Node choice: binpack fills nodes, spread balances them, fragmentation-aware leaves the fewest stranded GPU fractions.")
-    replicas: int = Field(default=2, ge=1, le=5, description="kube-scheduler replicas (leader elected).")
+    replicas: int = Field(default=2, ge=1, le=5, description="Replicas of tessera-scheduler, the second kube-scheduler (one leader, Lease tessera-scheduler). Not the extender's: that is scheduler.extender.replicas.")
+    extender: ExtenderConfig = Field(default_factory=ExtenderConfig, description="The scheduler extender's replicas and leader election.")
     weight: int = Field(default=5, ge=1, le=100, description="Weight of the extender's prioritize score in kube-scheduler.")
     http_timeout_seconds: float = Field(default=5.0, gt=0, le=60, description="kube-scheduler's timeout for each extender call.")
     log_level: LogLevel = Field(default="info", description="Extender log level.")

@@ -15,7 +15,17 @@ from pydantic_core import PydanticUndefined
 from tessera.model.catalog import GPU_MODELS, GPU_SOFTWARE, INSTANCE_TYPES, default_gpu_software
 from tessera.model.cluster import ClusterConfig, Endpoint, KubeconfigSource, Subnet, SystemNodes
 from tessera.model.monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, Resources
-from tessera.model.platform import GpuOperatorConfig, ImageRef, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig, WebhookConfig
+from tessera.model.platform import (
+    ExtenderConfig,
+    GpuOperatorConfig,
+    ImageRef,
+    ImagesConfig,
+    LeaderElectionConfig,
+    MonitoringConfig,
+    NamespaceQuota,
+    SchedulerConfig,
+    WebhookConfig,
+)
 from tessera.model.pools import (
     GpuDriverConfig,
     MigConfig,
@@ -66,6 +76,8 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("nodePools[].systemDisk", SystemDisk),
     ("nodePools[].taints[]", Taint),
     ("scheduler", SchedulerConfig),
+    ("scheduler.extender", ExtenderConfig),
+    ("scheduler.extender.leaderElection", LeaderElectionConfig),
     ("images", ImagesConfig),
     ("images.tessera, images.kubeScheduler", ImageRef),
     ("gpuOperator", GpuOperatorConfig),

@@ -179,6 +179,12 @@ def _scheduler_skew_problems(cfg: Stack) -> list[Problem]:
     return [Problem(at("images", "kubeScheduler", "tag"), f"{tag} does not fit a {version} cluster: kube-scheduler must be the cluster's minor version or one older (leave the tag unset to follow cluster.kubernetesVersion)")]
 
 
+def _leader_election_problems(scheduler: SchedulerConfig) -> list[Problem]:
+    """client-go's timing rules (`LeaderElectionTiming.problems`), at the config key of each value."""
+    timing = scheduler.extender.leader_election.timing()
+    return [Problem(at("scheduler", "extender", "leaderElection", f"{field}Seconds"), message) for field, message in timing.problems()]
+
+
 def _offered_resources(pools: list[PoolBase]) -> set[str]:
     offered = {GPU_CORE, GPU_MEMORY, NVIDIA_GPU}
     # gpu-operator runs one MIG strategy for the whole cluster: a `single` pool in a mixed cluster
@@ -206,6 +212,7 @@ def _platform_problems(cfg: Stack, is_stack_key: Callable[[str], bool]) -> list[
             if image.digest is None:
                 out.append(Problem(at("images", key, "digest"), "is required because images.requireDigests is true (pin the image: sha256:...)"))
     out += _scheduler_skew_problems(cfg)
+    out += _leader_election_problems(cfg.scheduler)
     out += _quota_problems(cfg)
     out += monitoring_problems(cfg, is_stack_key)
     return out

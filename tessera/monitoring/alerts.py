@@ -6,6 +6,10 @@ Annotations use only `{{ $labels.<name> }}` templates, so a test can render them
 Jobs are fixed names the ServiceMonitors set (`tessera.manifests.monitoring`), independent of
 the namespace.
 
+The extender runs several replicas, and every replica exports the gauges of its own warm state
+(pools, nodes, record conflicts), so rules take `max` of them across replicas, never `sum`.
+Only the leader binds: `tessera_extender_leader` says which replica that is.
+
 Every alert is unit-tested with `promtool test rules` (tests/tessera/monitoring): input series
 that make it fire, and series that must not.
 """
@@ -113,9 +117,16 @@ def _component_alerts(t: Thresholds) -> list[Alert]:
             "not scraped). Those nodes' GPUs are neither isolated nor offered.",
         ),
         Alert(
-            "TesseraExtenderDown", f'up{{job="{JOB_EXTENDER}"}} == 0 or absent(up{{job="{JOB_EXTENDER}"}})', "5m", "critical",
-            "Tessera scheduler extender is down",
-            "kube-scheduler's calls to the extender fail, so shared-GPU pods stay Pending (the extender is not ignorable).",
+            "TesseraExtenderDown", f'sum(up{{job="{JOB_EXTENDER}"}}) == 0 or absent(up{{job="{JOB_EXTENDER}"}})', "5m", "critical",
+            "Tessera scheduler extender is down: no replica answers",
+            "No extender replica can be scraped. kube-scheduler's calls to the extender fail, so shared-GPU pods stay Pending "
+            "(the extender is not ignorable).",
+        ),
+        Alert(
+            "TesseraExtenderReplicaDown", f'up{{job="{JOB_EXTENDER}"}} == 0', "10m", "warning",
+            "Tessera extender replica {{ $labels.pod }} is down",
+            "One extender replica cannot be scraped. The others keep scheduling, but there is one standby fewer to take over "
+            "from the leader.",
         ),
         Alert(
             "TesseraExtenderErrors",
@@ -141,6 +152,53 @@ def _component_alerts(t: Thresholds) -> list[Alert]:
     ]
 
 
+def _leadership_alerts() -> list[Alert]:
+    """The extender's replicas and their records (the Lease, `tessera.model.metrics.extender`)."""
+    leader = f'tessera_extender_leader{{job="{JOB_EXTENDER}"}}'
+    return [
+        Alert(
+            "TesseraExtenderNoLeader",
+            f'max({leader}) == 0 or (absent({leader}) and on () count(up{{job="{JOB_EXTENDER}"}} == 1) > 0)',
+            "1m", "critical",
+            "No Tessera extender replica holds the leader Lease",
+            "Extender replicas answer, but none is leader, so none binds: shared-GPU pods are not being bound. Calls a "
+            "standby cannot forward fail, kube-scheduler retries them, and the pods stay Pending.",
+        ),
+        Alert(
+            "TesseraExtenderSplitLeadership", f"sum({leader}) > 1", "1m", "critical",
+            "More than one Tessera extender replica reports itself leader",
+            "Two replicas each believe they hold the Lease. Each would bind from its own in-memory view, which the single "
+            "binder is there to prevent; the allocation records still decide what is placed, and conflicts are reported.",
+        ),
+        Alert(
+            "TesseraExtenderLeaderFlapping",
+            f'sum(increase(tessera_extender_leader_transitions_total{{job="{JOB_EXTENDER}",event="acquired"}}[15m])) > 3',
+            "0m", "warning",
+            "Tessera extender leadership changed more than 3 times in 15 minutes",
+            "Replicas keep taking the Lease over: leaders crash, are evicted, or cannot renew within the renew deadline "
+            "(slow API server, CPU throttling). Each change pauses binding briefly.",
+        ),
+        Alert(
+            "TesseraExtenderRecordConflicts",
+            f'max by (reason) (tessera_extender_record_conflicts{{job="{JOB_EXTENDER}"}}) > 0',
+            "1m", "critical",
+            "Tessera extender: allocation records in conflict ({{ $labels.reason }})",
+            "Some pods' allocation records conflict: together more than 100 % of a GPU (overcommit), on a GPU its node no "
+            "longer reports (unknown_gpu), or unreadable. The extender keeps counting every one of them, so nothing more "
+            "lands there, but the GPU may be over-committed now.",
+        ),
+        Alert(
+            "TesseraExtenderAmbiguousWritesUnresolved",
+            f'sum by (write) (increase(tessera_extender_ambiguous_writes_total{{job="{JOB_EXTENDER}",outcome="unresolved"}}[5m])) > 0',
+            "10m", "warning",
+            "Tessera extender: {{ $labels.write }} writes stay unresolved",
+            "For 10 minutes the API server has answered the extender's writes with timeouts, dropped connections or 5xx, and "
+            "reading back did not settle whether they were applied. The capacity they concern stays reserved until a later "
+            "read resolves them, so free GPU capacity looks smaller than it is.",
+        ),
+    ]
+
+
 def _pool_alerts(t: Thresholds) -> list[Alert]:
     return [
         Alert(
@@ -153,14 +211,14 @@ def _pool_alerts(t: Thresholds) -> list[Alert]:
         ),
         Alert(
             "TesseraPoolAllocationHigh",
-            f"sum by (pool, kind) (tessera_pool_gpu_allocated) / sum by (pool, kind) (tessera_pool_gpu_capacity > 0) > {_num(t.pool_allocation_percent / 100)}",
+            f"max by (pool, kind) (tessera_pool_gpu_allocated) / max by (pool, kind) (tessera_pool_gpu_capacity > 0) > {_num(t.pool_allocation_percent / 100)}",
             "15m", "warning",
             f"Pool {{{{ $labels.pool }}}} is more than {_num(t.pool_allocation_percent)}% allocated",
             "Allocated GPU compute of the pool stays above monitoring.alerts.poolAllocationPercent of its healthy GPUs; new pods may not fit. Grow the pool or move work.",
         ),
         Alert(
             "TesseraPoolStrandedHigh",
-            f"sum by (pool, kind) (tessera_pool_gpu_stranded) / sum by (pool, kind) (tessera_pool_gpu_capacity > 0) > {_num(t.stranded_share_percent / 100)}",
+            f"max by (pool, kind) (tessera_pool_gpu_stranded) / max by (pool, kind) (tessera_pool_gpu_capacity > 0) > {_num(t.stranded_share_percent / 100)}",
             "30m", "warning",
             f"Pool {{{{ $labels.pool }}}}: more than {_num(t.stranded_share_percent)}% of its GPU compute is stranded",
             "Idle GPU compute the pods seen in the cluster cannot use (fragments) stays above monitoring.alerts.strandedSharePercent of the pool.",
@@ -187,7 +245,7 @@ def alert_groups(t: Thresholds, *, tessera: bool, dcgm: bool) -> list[dict[str, 
     """PrometheusRule `spec.groups`: Tessera's components (shared pools) and dcgm-exporter's cards."""
     groups: list[dict[str, Any]] = []
     if tessera:
-        alerts = _health_alerts() + _component_alerts(t) + _pool_alerts(t)
+        alerts = _health_alerts() + _component_alerts(t) + _leadership_alerts() + _pool_alerts(t)
         groups.append({"name": GROUP_TESSERA, "rules": [a.rule(t.runbook_url) for a in alerts]})
     if dcgm:
         groups.append({"name": GROUP_DCGM, "rules": [a.rule(t.runbook_url) for a in _dcgm_alerts()]})
@@ -197,4 +255,4 @@ def alert_groups(t: Thresholds, *, tessera: bool, dcgm: bool) -> list[dict[str, 
 def all_alerts(t: Thresholds | None = None) -> list[Alert]:
     """Every alert Tessera can deploy (docs and tests list them)."""
     t = t or Thresholds()
-    return _health_alerts() + _component_alerts(t) + _pool_alerts(t) + _dcgm_alerts()
+    return _health_alerts() + _component_alerts(t) + _leadership_alerts() + _pool_alerts(t) + _dcgm_alerts()

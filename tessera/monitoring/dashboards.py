@@ -6,6 +6,9 @@ against what our components and dcgm-exporter export (tests/tessera/monitoring).
 the declaration into the dashboard model; `build_dashboards()` returns uid -> dashboard JSON,
 which `tessera.manifests.monitoring` ships in a ConfigMap the Grafana sidecar loads.
 
+Every extender replica exports the gauges of its own warm state, so pool queries take `max` over
+the replicas of each pool before anything is summed across pools.
+
 Queries use fixed `[5m]` windows rather than Grafana's `$__rate_interval`, so they are plain
 PromQL that promtool can check; the Prometheus data source is a dashboard variable, so the
 dashboard works with whatever the data source is called.
@@ -62,12 +65,12 @@ def _quantiles(bucket: str, by: str, selector: str = "") -> tuple[Query, ...]:
 _ALLOCATION: Final = (
     PanelSpec(
         "GPU allocation per pool", "Allocated GPU compute against healthy GPUs, per pool (pools Tessera schedules).", "none",
-        (_q("sum by (pool, kind) (tessera_pool_gpu_allocated)", "{{pool}} ({{kind}}) allocated"),
-         _q("sum by (pool, kind) (tessera_pool_gpu_capacity)", "{{pool}} ({{kind}}) capacity")),
+        (_q("max by (pool, kind) (tessera_pool_gpu_allocated)", "{{pool}} ({{kind}}) allocated"),
+         _q("max by (pool, kind) (tessera_pool_gpu_capacity)", "{{pool}} ({{kind}}) capacity")),
     ),
     PanelSpec(
         "Allocated share per pool kind", "Allocated GPU compute / healthy GPUs, per pool kind.", "percentunit",
-        (_q("sum by (kind) (tessera_pool_gpu_allocated) / sum by (kind) (tessera_pool_gpu_capacity > 0)", "{{kind}}"),),
+        (_q("sum by (kind) (max by (pool, kind) (tessera_pool_gpu_allocated)) / sum by (kind) (max by (pool, kind) (tessera_pool_gpu_capacity) > 0)", "{{kind}}"),),
         kind="stat", width=6,
     ),
     PanelSpec(
@@ -80,10 +83,10 @@ _ALLOCATION: Final = (
 _FRAGMENTATION: Final = (
     PanelSpec(
         "Stranded share per pool", "Idle GPU compute that the pods seen in the cluster cannot use (FGD's fragmentation), as a share of the pool.", "percentunit",
-        (_q("sum by (pool, kind) (tessera_pool_gpu_stranded) / sum by (pool, kind) (tessera_pool_gpu_capacity > 0)", "{{pool}} ({{kind}})"),),
+        (_q("max by (pool, kind) (tessera_pool_gpu_stranded) / max by (pool, kind) (tessera_pool_gpu_capacity > 0)", "{{pool}} ({{kind}})"),),
         width=18,
     ),
-    PanelSpec("Stranded GPUs", "Stranded GPU compute over all pools, in GPUs.", "none", (_q("sum(tessera_pool_gpu_stranded)", "stranded"),), kind="stat", width=6),
+    PanelSpec("Stranded GPUs", "Stranded GPU compute over all pools, in GPUs.", "none", (_q("sum(max by (pool, kind) (tessera_pool_gpu_stranded))", "stranded"),), kind="stat", width=6),
 )
 _WORKLOADS: Final = (
     PanelSpec(
@@ -126,7 +129,7 @@ _ONLINE_OFFLINE: Final = (
 _EXTENDER: Final = (
     PanelSpec("Extender request latency", "Time to answer kube-scheduler, by verb.", "s", _quantiles("tessera_extender_request_seconds_bucket", "verb"), width=8),
     PanelSpec(
-        "Extender requests", "Requests per second by verb and HTTP status.", "reqps",
+        "Extender requests", "Requests per second by verb and HTTP status, all replicas (a call a standby forwards counts on the standby and on the leader).", "reqps",
         (_q(f"sum by (verb, code) (rate(tessera_extender_requests_total[{_WINDOW}]))", "{{verb}} {{code}}"),),
         width=8,
     ),
@@ -136,6 +139,31 @@ _EXTENDER: Final = (
          _q(f'sum(increase(tessera_extender_requests_total{{code=~"5.."}}[{_WINDOW}]))', "HTTP 5xx"),
          _q(f"sum(increase(tessera_extender_api_conflicts_total[{_WINDOW}]))", "API conflicts (retried)")),
         width=8,
+    ),
+)
+_EXTENDER_REPLICAS: Final = (
+    PanelSpec(
+        "Extender leader per replica", "1 on the replica that holds the Lease and binds, 0 on standbys; exactly one line at 1 is healthy.", "none",
+        (_q("max by (pod) (tessera_extender_leader)", "{{pod}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "Leadership changes", "Lease acquired, released (planned handover) and lost (not renewed in time), per 15 minutes, all replicas.", "none",
+        (_q("sum by (event) (increase(tessera_extender_leader_transitions_total[15m]))", "{{event}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "Allocation records in conflict", "Pods whose records conflict, by reason; every replica counts the same records, so the panel shows the largest count.", "none",
+        (_q("max by (reason) (tessera_extender_record_conflicts)", "{{reason}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "Ambiguous API writes", "Writes answered with a timeout, a dropped connection or a 5xx, by write and how reading back resolved them, per 5 minutes.", "none",
+        (_q(f"sum by (write, outcome) (increase(tessera_extender_ambiguous_writes_total[{_WINDOW}]))", "{{write}} {{outcome}}"),),
+    ),
+    PanelSpec(
+        "Requests forwarded to the leader", "Calls standbys passed on to the leader, per second, by verb and result (no_leader: none held the Lease).", "reqps",
+        (_q(f"sum by (verb, result) (rate(tessera_extender_forwarded_requests_total[{_WINDOW}]))", "{{verb}} {{result}}"),),
     ),
 )
 _DEVICE_PLUGIN: Final = (
@@ -185,6 +213,7 @@ ROWS: Final[tuple[tuple[str, tuple[PanelSpec, ...]], ...]] = (
     ("GPU use against request", _WORKLOADS),
     ("Online/offline", _ONLINE_OFFLINE),
     ("Scheduler extender", _EXTENDER),
+    ("Extender replicas and records", _EXTENDER_REPLICAS),
     ("Device plugin", _DEVICE_PLUGIN),
     ("GPU health and Xid", _HEALTH),
 )
@@ -217,7 +246,7 @@ def overview() -> dict[str, Any]:
         dash.Dashboard(TITLE)
         .uid(UID)
         .tags(["tessera", "gpu"])
-        .description("Tessera GPU sharing: allocation and fragmentation per pool, use against request, online/offline pausing, extender, device plugin and GPU health.")
+        .description("Tessera GPU sharing: allocation and fragmentation per pool, use against request, online/offline pausing, extender and its replicas, device plugin and GPU health.")
         .refresh("1m")
         .time("now-6h", "now")
         .timezone("browser")

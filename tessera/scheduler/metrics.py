@@ -27,6 +27,11 @@ from tessera.model.metrics.extender import (  # noqa: F401 - the families this m
     POOL_CAPACITY,
     POOL_ALLOCATED,
     POOL_STRANDED,
+    LEADER,
+    LEADER_TRANSITIONS,
+    RECORD_CONFLICTS,
+    AMBIGUOUS_WRITES,
+    FORWARDED,
     METRICS,
 )
 
@@ -70,6 +75,22 @@ class ExtenderMetrics:
         self.pool_capacity = _gauge(POOL_CAPACITY, r)
         self.pool_allocated = _gauge(POOL_ALLOCATED, r)
         self.pool_stranded = _gauge(POOL_STRANDED, r)
+        self.leader = _gauge(LEADER, r)
+        self.leader_transitions = _counter(LEADER_TRANSITIONS, r)
+        self.record_conflicts = _gauge(RECORD_CONFLICTS, r)
+        self.ambiguous_writes = _counter(AMBIGUOUS_WRITES, r)
+        self.forwarded = _counter(FORWARDED, r)
+        # every label value exists from the start, so `increase()` sees the first event of a new pod
+        for event in ("acquired", "released", "lost"):
+            self.leader_transitions.labels(event)
+        for write in ("record", "strip", "binding"):
+            for outcome in ("applied", "not_applied", "unresolved"):
+                self.ambiguous_writes.labels(write, outcome)
+        for reason in ("overcommit", "unknown_gpu", "unreadable"):
+            self.record_conflicts.labels(reason).set(0)
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            for result in ("ok", "no_leader", "failed"):
+                self.forwarded.labels(verb, result)
 
     def set_pools(self, pools: dict[tuple[str, str], tuple[float, float, float]]) -> None:
         """(pool, kind) -> (capacity, allocated, stranded) in GPUs; pools no longer present vanish."""

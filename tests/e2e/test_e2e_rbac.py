@@ -12,7 +12,7 @@ import pytest
 from e2e_cluster import E2ECluster, RecordingApi, job_pod, wait_until
 from e2e_stack import Rendered, shared_pool, stack
 
-from tessera.model.contract import GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE
+from tessera.model.contract import EXTENDER_LEASE, GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE
 from tessera.kube.api import KubeApi
 from tessera.repartition import apply_layout, load_plan
 from tessera_node.agent.registry import ContainerRegistry
@@ -37,22 +37,29 @@ REQUESTS: dict[str, tuple[str, str, str]] = {
     "get_configmap": ("", "configmaps", "get"),
     "replace_configmap": ("", "configmaps", "update"),
     "create_event": ("", "events", "create"),
+    # leader election of the extender: only ever the Lease EXTENDER_LEASE in Tessera's namespace
+    "get_lease": ("coordination.k8s.io", "leases", "get"),
+    "replace_lease": ("coordination.k8s.io", "leases", "update"),
+    "create_lease": ("coordination.k8s.io", "leases", "create"),
 }
 
 
 def _grants(rendered: Rendered, service_account: str) -> set[tuple[str, str, str]]:
     """(group, resource, verb) the ClusterRoles bound to the ServiceAccount allow (cluster-wide:
-    Tessera reads and writes pods and ConfigMaps in every namespace)."""
-    roles = {o["metadata"]["name"]: o for o in rendered.objects() if o["kind"] == "ClusterRole"}
+    Tessera reads and writes pods and ConfigMaps in every namespace), and the Roles bound in
+    Tessera's namespace (the extender's Lease lives there)."""
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in rendered.objects() if o["kind"] in ("ClusterRole", "Role")}
     out: set[tuple[str, str, str]] = set()
-    for binding in (o for o in rendered.objects() if o["kind"] == "ClusterRoleBinding"):
+    for binding in (o for o in rendered.objects() if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] != TESSERA_NAMESPACE:
+            continue
         subjects = binding.get("subjects") or []
         if not any(s["name"] == service_account and s.get("namespace") == TESSERA_NAMESPACE for s in subjects):
             continue
-        role = roles.get(binding["roleRef"]["name"])
+        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
         for rule in (role or {}).get("rules") or []:
-            if rule.get("resourceNames"):
-                continue  # a grant limited to named objects does not cover arbitrary pods or nodes
+            if rule.get("resourceNames") and EXTENDER_LEASE not in rule["resourceNames"]:
+                continue  # a grant limited to named objects covers only them; the one named object the seam writes is the Lease
             out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     return out
 

@@ -30,7 +30,37 @@ POOL_STRANDED: Final = MetricSpec(
     POOL_LABELS,
 )
 
+LEADER: Final = MetricSpec(
+    "tessera_extender_leader", "gauge", "1 on the replica that holds the leader Lease (it binds and expires reservations), 0 on a standby"
+)
+LEADER_TRANSITIONS: Final = MetricSpec(
+    "tessera_extender_leader_transitions",
+    "counter",
+    "Leadership changes of this replica: acquired, released (planned handover on SIGTERM) or lost (not renewed within the renew deadline)",
+    ("event",),
+)
+RECORD_CONFLICTS: Final = MetricSpec(
+    "tessera_extender_record_conflicts",
+    "gauge",
+    "Pods whose allocation records conflict, by reason: overcommit (with the others on a GPU more than 100 % of it; all still counted, "
+    "so nothing more lands there), unknown_gpu (a GPU the node does not report), unreadable (a record that does not parse)",
+    ("reason",),
+)
+AMBIGUOUS_WRITES: Final = MetricSpec(
+    "tessera_extender_ambiguous_writes",
+    "counter",
+    "API writes that got no answer or a 5xx, by write (record, strip, binding) and how reading back resolved them "
+    "(applied, not_applied, unresolved: capacity kept until a later read resolves it)",
+    ("write", "outcome"),
+)
+FORWARDED: Final = MetricSpec(
+    "tessera_extender_forwarded_requests",
+    "counter",
+    "Requests a standby passed on to the leader, by verb and result (ok, no_leader, failed)",
+    ("verb", "result"),
+)
+
 METRICS: Final = (
     REQUESTS, REQUEST_SECONDS, BINDS, API_CONFLICTS, EXPIRED, NODES, PODS, GPUS, MIX_EPOCH, ALLOCATED_GPU,
-    POOL_CAPACITY, POOL_ALLOCATED, POOL_STRANDED,
+    POOL_CAPACITY, POOL_ALLOCATED, POOL_STRANDED, LEADER, LEADER_TRANSITIONS, RECORD_CONFLICTS, AMBIGUOUS_WRITES, FORWARDED,
 )

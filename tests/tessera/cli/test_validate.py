@@ -110,7 +110,7 @@ UNREAD = [
     ("  tencentclod:region: ap-guangzhou\n", "tencentclod:region: unknown config namespace 'tencentclod' (did you mean 'tencentcloud:region'? Tessera reads tessera:*; tencentcloud:*, kubernetes:*, pulumi:* belong to the providers and Pulumi)"),
     ("  quotas: []\n", "quotas: not a config key: write <namespace>:<name>, e.g. tessera:quotas"),
     ("  tessera:quota: []\n", "quota: unknown key 'quota' (did you mean 'quotas'? valid keys: tencentcloud:region, cluster, scheduler, nodePools, images, gpuOperator, quotas, monitoring, webhook, namespace, workloads)"),
-    ("  tessera:scheduler: {placment: binpack}\n", "scheduler.placment: unknown key 'placment' (did you mean 'placement'? valid keys: placement, replicas, weight, httpTimeoutSeconds, logLevel)"),
+    ("  tessera:scheduler: {placment: binpack}\n", "scheduler.placment: unknown key 'placment' (did you mean 'placement'? valid keys: placement, replicas, extender, weight, httpTimeoutSeconds, logLevel)"),
 ]
 
 

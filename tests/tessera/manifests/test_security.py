@@ -116,12 +116,13 @@ def test_node_daemonset_mounts_only_the_host_paths_it_needs(stack: BuiltStack) -
     assert mounts["/var/lib/kubelet/pod-resources"] is True
 
 
-def test_extender_runs_one_binder_and_never_blocks_a_drain(stack: BuiltStack) -> None:
+def test_extender_replicas_elect_a_leader_and_never_block_a_drain(stack: BuiltStack) -> None:
+    """More replicas are safe because only the Lease holder binds (tests/tessera/manifests/test_extender_ha.py)."""
     if not stack.config.pools_of_kind("shared"):
         pytest.skip("no shared pool")
     deployment = stack.find("Deployment", extender.NAME)
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two binders, even mid-upgrade
+    assert deployment["spec"]["replicas"] == stack.config.scheduler.extender.replicas
+    assert "--leader-elect=true" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     pdb = stack.find("PodDisruptionBudget", extender.NAME)
     assert pdb["spec"].get("maxUnavailable") == 1 and "minAvailable" not in pdb["spec"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()

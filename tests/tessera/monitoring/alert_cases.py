@@ -29,6 +29,63 @@ DCGM_LABELS: Labels = {"gpu": "0", "UUID": "GPU-9", "modelName": "A100", "Hostna
 CONTAINER = 'namespace="batch",pod="train",container="main",gpu_uuid="GPU-1",job="tessera-node-agent",node="n1"'
 
 
+EXT1 = 'job="tessera-extender",instance="10.1.0.1:8888",pod="tessera-extender-a"'
+EXT2 = 'job="tessera-extender",instance="10.1.0.2:8888",pod="tessera-extender-b"'
+EXT1_LABELS: Labels = {"job": "tessera-extender", "instance": "10.1.0.1:8888", "pod": "tessera-extender-a"}
+
+
+def _both(metric: str, first: str, second: str, labels: str = "") -> dict[str, str]:
+    """`metric` on both extender replicas (extra `labels` on each), with their value sequences."""
+    extra = f",{labels}" if labels else ""
+    return {f"{metric}{{{EXT1}{extra}}}": first, f"{metric}{{{EXT2}{extra}}}": second}
+
+
+_LEADER = "tessera_extender_leader"
+_TRANSITIONS = "tessera_extender_leader_transitions_total"
+_CONFLICTS = "tessera_extender_record_conflicts"
+_AMBIGUOUS = "tessera_extender_ambiguous_writes_total"
+_UP_BOTH = {f"up{{{EXT1}}}": "1x30", f"up{{{EXT2}}}": "1x30"}
+
+LEADERSHIP_CASES: tuple[Case, ...] = (
+    Case("TesseraExtenderNoLeader", "both replicas standing by", {**_UP_BOTH, **_both(_LEADER, "0x10", "0x10")}, "5m", ({},)),
+    Case("TesseraExtenderNoLeader", "replicas up, no leader series", _UP_BOTH, "5m", ({"job": "tessera-extender"},)),
+    Case("TesseraExtenderNoLeader", "one leader", {**_UP_BOTH, **_both(_LEADER, "1x10", "0x10")}, "5m"),
+    Case("TesseraExtenderNoLeader", "a handover shorter than a minute", {**_UP_BOTH, **_both(_LEADER, "1 1 1 0 0 0 0", "0 0 0 0 1 1 1")}, "6m"),
+    Case("TesseraExtenderNoLeader", "nothing up: TesseraExtenderDown's case", {f"up{{{EXT1}}}": "0x10"}, "5m"),
+    Case("TesseraExtenderSplitLeadership", "two leaders", _both(_LEADER, "1x10", "1x10"), "5m", ({},)),
+    Case("TesseraExtenderSplitLeadership", "one leader", _both(_LEADER, "1x10", "0x10"), "5m"),
+    Case("TesseraExtenderSplitLeadership", "one scrape of overlap in a handover", _both(_LEADER, "1 1 1 1 0 0 0", "0 0 0 1 1 1 1"), "6m"),
+    Case(
+        "TesseraExtenderLeaderFlapping", "a new leader every minute",
+        _both(_TRANSITIONS, "0+1x20", "0+1x20", 'event="acquired"'), "16m", ({},),
+    ),
+    Case(
+        "TesseraExtenderLeaderFlapping", "a rolling update: two handovers",
+        _both(_TRANSITIONS, "0 0 1x18", "0x4 1x15", 'event="acquired"'), "16m",
+    ),
+    Case("TesseraExtenderLeaderFlapping", "releases do not count", _both(_TRANSITIONS, "0+1x20", "0x20", 'event="released"'), "16m"),
+    Case(
+        "TesseraExtenderRecordConflicts", "both replicas see an overcommit",
+        _both(_CONFLICTS, "2x10", "2x10", 'reason="overcommit"'), "5m", ({"reason": "overcommit"},),
+    ),
+    Case("TesseraExtenderRecordConflicts", "no conflict", _both(_CONFLICTS, "0x10", "0x10", 'reason="unknown_gpu"'), "5m"),
+    Case("TesseraExtenderRecordConflicts", "one scrape's blip", _both(_CONFLICTS, "0 1 0 0 0 0", "0x5", 'reason="unreadable"'), "5m"),
+    Case(
+        "TesseraExtenderAmbiguousWritesUnresolved", "every minute a record write stays unresolved",
+        {f'{_AMBIGUOUS}{{{EXT1},write="record",outcome="unresolved"}}': "0+1x30"}, "20m", ({"write": "record"},),
+    ),
+    Case(
+        "TesseraExtenderAmbiguousWritesUnresolved", "ambiguous writes, all resolved",
+        {f'{_AMBIGUOUS}{{{EXT1},write="binding",outcome="applied"}}': "0+5x30", f'{_AMBIGUOUS}{{{EXT1},write="binding",outcome="not_applied"}}': "0+5x30"},
+        "20m",
+    ),
+    Case(
+        "TesseraExtenderAmbiguousWritesUnresolved", "one unresolved write, then none",
+        {f'{_AMBIGUOUS}{{{EXT1},write="strip",outcome="unresolved"}}': "0 0 1x28"}, "20m",
+    ),
+)
+
+
 def _bucket(verb: str, le: str, values: str) -> tuple[str, str]:
     return f'tessera_extender_request_seconds_bucket{{verb="{verb}",le="{le}",job="tessera-extender"}}', values
 
@@ -87,9 +144,12 @@ CASES: tuple[Case, ...] = (
         {'tessera_extender_nodes{job="tessera-extender"}': "1x20", f"up{{{AGENT}}}": "1x20", f"tessera_device_plugin_registered{{{RES},{PLUGIN}}}": "1x20"},
         "18m",
     ),
-    Case("TesseraExtenderDown", "down", {'up{job="tessera-extender",instance="e:8888"}': "0x10"}, "8m", ({"job": "tessera-extender", "instance": "e:8888"},)),
+    Case("TesseraExtenderDown", "every replica down", {f"up{{{EXT1}}}": "0x10", f"up{{{EXT2}}}": "0x10"}, "8m", ({},)),
     Case("TesseraExtenderDown", "never scraped", {"unrelated": "1x10"}, "8m", ({"job": "tessera-extender"},)),
-    Case("TesseraExtenderDown", "up", {'up{job="tessera-extender",instance="e:8888"}': "1x10"}, "8m"),
+    Case("TesseraExtenderDown", "one of two replicas down", {f"up{{{EXT1}}}": "0x10", f"up{{{EXT2}}}": "1x10"}, "8m"),
+    Case("TesseraExtenderReplicaDown", "one of two replicas down", {f"up{{{EXT1}}}": "0x15", f"up{{{EXT2}}}": "1x15"}, "13m", (EXT1_LABELS,)),
+    Case("TesseraExtenderReplicaDown", "a replica restarting for 3 minutes", {f"up{{{EXT1}}}": "1 1 0 0 0 1x10", f"up{{{EXT2}}}": "1x15"}, "13m"),
+    *LEADERSHIP_CASES,
     Case(
         "TesseraExtenderErrors", "9% answered 500",
         {'tessera_extender_requests_total{verb="filter",code="200"}': "0+600x20", 'tessera_extender_requests_total{verb="bind",code="500"}': "0+60x20"},
@@ -119,6 +179,11 @@ CASES: tuple[Case, ...] = (
     Case(
         "TesseraPoolAllocationHigh", "95% allocated",
         {'tessera_pool_gpu_allocated{pool="a",kind="shared"}': "3.8x25", 'tessera_pool_gpu_capacity{pool="a",kind="shared"}': "4x25"},
+        "20m", ({"pool": "a", "kind": "shared"},),
+    ),
+    Case(
+        "TesseraPoolAllocationHigh", "95% allocated, reported by both extender replicas",
+        {**_both("tessera_pool_gpu_allocated", "3.8x25", "3.8x25", 'pool="a",kind="shared"'), **_both("tessera_pool_gpu_capacity", "4x25", "4x25", 'pool="a",kind="shared"')},
         "20m", ({"pool": "a", "kind": "shared"},),
     ),
     Case(

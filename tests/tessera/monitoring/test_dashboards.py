@@ -57,6 +57,7 @@ def test_the_panels_required_by_the_brief_are_there() -> None:
         "GPU allocation per pool", "Allocated share per pool kind", "Stranded share per pool", "Per-container SM use against gpu-core",
         "Per-pod GPU memory against gpu-memory", "Pause events", "Pause latency", "Extender request latency", "Binds and errors",
         "Device plugin registered per node", "GPUs advertised by health", "Xid errors (shared pools)", "Last Xid per GPU (dcgm-exporter)",
+        "Extender leader per replica", "Leadership changes", "Allocation records in conflict", "Ambiguous API writes",
     ):
         assert wanted in titles
 

@@ -7,7 +7,7 @@ its own modules."""
 from .cluster import ClusterLevel, Endpoint, ExistingClusterConfig, KubeconfigSource, MaxPodsPerNode, Subnet, SystemNodes, TkeClusterConfig
 from .component_args import ExistingClusterPlatformArgs, TkeGpuClusterArgs
 from .monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, MonitoringConfig, MonitoringMode, Resources
-from .platform import FailurePolicy, GpuOperatorConfig, ImageRef, ImagesConfig, LogLevel, NamespaceQuota, NodePlacement, PullPolicy, SchedulerConfig, WebhookConfig
+from .platform import ExtenderConfig, FailurePolicy, GpuOperatorConfig, ImageRef, ImagesConfig, LeaderElectionConfig, LogLevel, NamespaceQuota, NodePlacement, PullPolicy, SchedulerConfig, WebhookConfig
 from .pools import DiskType, GpuDriverConfig, GpuPlacement, MemoryEnforcement, MigConfig, MigStrategy, NodePool, PoolKind, RepartitionEntry, SharingConfig, SharingPolicy, SystemDisk, Taint, TaintEffect, TimeSlicingConfig
 from .workloads import AppClass, EnvVar, HttpProbe, KeyRef, MetricQuery, MetricType, PortProtocol, ScalingMetric, SeriesKind, ServiceType, TargetType, Workload, WorkloadGpu, WorkloadMetrics, WorkloadPort, WorkloadScaling, WorkloadVolume
 
@@ -21,6 +21,7 @@ __all__ = [
     'EnvVar',
     'ExistingClusterConfig',
     'ExistingClusterPlatformArgs',
+    'ExtenderConfig',
     'FailurePolicy',
     'GpuDriverConfig',
     'GpuOperatorConfig',
@@ -32,6 +33,7 @@ __all__ = [
     'KeyRef',
     'KubeconfigSource',
     'KubePrometheusStackConfig',
+    'LeaderElectionConfig',
     'LogLevel',
     'MaxPodsPerNode',
     'MemoryEnforcement',

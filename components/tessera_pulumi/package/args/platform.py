@@ -37,13 +37,35 @@ class FailurePolicy(str, Enum):
     Ignore = 'Ignore'
 
 
+class LeaderElectionConfig(TypedDict):
+    """Leader election of the extender replicas (one Lease in Tessera's namespace). Rendered as kube-scheduler's `--leader-elect-*` flags and checked by client-go's rules: the lease outlasts the renew deadline, and the renew deadline leaves the leader more than one jittered retry period to renew."""
+
+    lease_duration_seconds: NotRequired[float]
+    """A standby takes the Lease over when the leader has not renewed it for this long (measured on the standby's own clock), so after a leader crashes binding pauses for up to this long plus one retry period. Default: `4.0`."""
+    renew_deadline_seconds: NotRequired[float]
+    """The leader stops binding when it could not renew the Lease for this long; shorter than the lease duration, so it has stopped before a standby may take over. Default: `3.0`."""
+    retry_period_seconds: NotRequired[float]
+    """How often the leader renews the Lease and standbys try to acquire it; after a planned handover (SIGTERM) a standby takes over within about this long. Default: `0.5`."""
+
+
+class ExtenderConfig(TypedDict):
+    """The scheduler extender (`tessera scheduler serve`): replicas and their leader election."""
+
+    replicas: NotRequired[int]
+    """Extender replicas: 2 or more for availability; 1 stops shared-GPU scheduling during every restart. The holder of the Lease tessera-extender is the only one that binds; the others keep their cache warm from the watch and forward kube-scheduler's calls to it. Default: `2`."""
+    leader_election: NotRequired[LeaderElectionConfig]
+    """Lease timing of the extender replicas."""
+
+
 class SchedulerConfig(TypedDict):
     """The tessera-scheduler (official kube-scheduler image + Tessera's extender) for shared pools."""
 
     placement: NotRequired[NodePlacement]
     """Node choice: binpack fills nodes, spread balances them, fragmentation-aware leaves the fewest stranded GPU fractions. Default: `fragmentation-aware`."""
     replicas: NotRequired[int]
-    """kube-scheduler replicas (leader elected). Default: `2`."""
+    """Replicas of tessera-scheduler, the second kube-scheduler (one leader, Lease tessera-scheduler). Not the extender's: that is scheduler.extender.replicas. Default: `2`."""
+    extender: NotRequired[ExtenderConfig]
+    """The scheduler extender's replicas and leader election."""
     weight: NotRequired[int]
     """Weight of the extender's prioritize score in kube-scheduler. Default: `5`."""
     http_timeout_seconds: NotRequired[float]
