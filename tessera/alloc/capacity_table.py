@@ -9,7 +9,9 @@ millions of objects), the floor under every such request at 1213 nodes (docs/ben
 
 Rows are written when a node changes (`EvaluationCache.prepare`, called by `Cluster` on every
 change), so they describe the node's current version. A node never prepared, or forgotten, has
-no current row: it is answered `UNDECIDED` and goes the per-node way, which checks versions.
+no current row: it is answered `UNDECIDED` and goes the per-node way, which checks versions. A
+forgotten node's row is given to the next new node, so the arrays are as long as the most nodes
+the inventory held at once, however many come and go over a cluster's life.
 
 A row also keeps the node's interned state (`EvaluationCache._intern`), so that the nodes that
 pass are looked up in the by-state cache straight from the array, without a walk over their
@@ -34,6 +36,7 @@ _FIELDS = ("cpu", "memory", "idle", "max_milli", "max_memory", "share_room", "st
 class CapacityTable:
     def __init__(self, size: int = 1024) -> None:
         self._row: dict[str, int] = {}
+        self._free: list[int] = []  # rows of forgotten nodes
         self._cpu = np.zeros(size, dtype=np.int64)
         self._memory = np.zeros(size, dtype=np.int64)
         self._idle = np.zeros(size, dtype=np.int64)
@@ -47,7 +50,7 @@ class CapacityTable:
         """`name`'s current capacity and interned state (-1: not known)."""
         row = self._row.get(name)
         if row is None:
-            row = self._row[name] = len(self._row)
+            row = self._row[name] = self._free.pop() if self._free else len(self._row)
             if row >= len(self._cpu):
                 self._grow()
         self._cpu[row] = capacity.free_cpu_milli
@@ -61,9 +64,10 @@ class CapacityTable:
 
     def forget(self, name: str) -> None:
         """`name` has no current row until `set` again."""
-        row = self._row.get(name)
+        row = self._row.pop(name, None)
         if row is not None:
             self._current[row] = False
+            self._free.append(row)
 
     def clear(self) -> None:
         self._current[:] = False

@@ -30,12 +30,20 @@ fragmentation policies vectorise them). `evaluate` is `evaluate_many` of one nod
 take the same path. The per-node loop is written out inline: it runs once per candidate node
 of every pod shape new to the extender, and function calls there were a quarter of its cost.
 
+Memory: every map is bounded in bytes (`EvaluationBudget`), estimated as entries are added: a
+result as `RESULT_BYTES` plus `ASSIGNMENT_BYTES` per GPU container of its pod (an evaluation
+holds the GPU indices of each container), an interned value by `interning.approx_bytes`. A map
+past its budget starts again empty; nothing but speed depends on what a cache remembers. Only
+nodes of the inventory get per-node entries: a name the caller does not know is answered
+UNKNOWN_NODE and leaves nothing behind.
+
 Not thread-safe: callers serialise (the extender's state lock).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import cast
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, cast
 
 import numpy as np
 
@@ -52,28 +60,93 @@ _PER_NODE_LIMIT = 4096  # shapes remembered per node version; pod shapes are unb
 _TABLE_MIN = 64  # candidate nodes from which the rejections are made in one numpy pass (`CapacityTable`)
 # code -> what `evaluate_many` answers without looking further (None: the node needs a look)
 _DECIDED = tuple({CPU: FitFailure.CPU, MEMORY: FitFailure.MEMORY, GPU: FitFailure.GPU}.get(code) for code in range(UNDECIDED + 1))
+MiB: Final = 1024 * 1024
+
+RESULT_BYTES: Final = 300
+"""Estimated bytes of one cached result of a one-container pod, by whichever map holds it last:
+the dict slot and int key (~100 in the by-state map, ~46 per node) and the evaluation, which is
+shared until one map drops it (`Evaluation`, its score tuple, its assignment). Measured with
+tracemalloc over 1,000 loaded 8-GPU nodes: 113-116 bytes per by-state result with the
+fragmentation policies, 280 with binpack and spread (a score tuple per result); 46 per per-node
+entry (tests/tessera/alloc/test_alloc_cache_budgets.py re-measures them)."""
+STATE_BYTES: Final = 300
+STATE_GPU_BYTES: Final = 140
+"""Estimated bytes of one interned node state: `STATE_BYTES` (its outer tuples, the table's slot
+and id) plus `STATE_GPU_BYTES` per GPU (an 8-field tuple, 104 bytes, and the fields that changed
+since the node's previous state). Measured with tracemalloc: 1,078 bytes per 8-GPU state no node
+holds any more, against 1,420 estimated."""
+ASSIGNMENT_BYTES: Final = 80
+"""Estimated bytes per further GPU container in a result's assignment (a tuple of GPU indices:
+48 bytes and 8 per GPU); a one-GPU container's is a shared constant, so this is an upper bound."""
+
+
+@dataclass(frozen=True)
+class EvaluationBudget:
+    """Byte budgets of the evaluation cache's maps (estimated as entries are added; a map past
+    its budget starts again empty).
+
+    by_state: default 64 MiB: results per (policy, epoch, pod shape) and node state, ~220,000
+        results of one-container pods (for those the entry limit of 200,000 is reached first).
+        Past it the next batch evaluates afresh.
+    per_node: default 64 MiB over all nodes together: the results kept per node version (nodes
+        without a current `CapacityTable` row, pods asking for GPU models), ~220,000 results.
+    states: default 64 MiB of interned node states (an 8-GPU node's estimated at 1.4 KiB:
+        ~47,000 distinct states, against the 200,000-entry limit; the 41,769 binds that fill
+        5,000 nodes to 90 % in bench/scale.py intern 19,790, 28 MiB).
+    keys: default 16 MiB of interned (policy, epoch, pod shape) keys (~0.6 KiB for a
+        one-container shape: ~27,000 shapes).
+    """
+
+    by_state: int = 64 * MiB
+    per_node: int = 64 * MiB
+    states: int = 64 * MiB
+    keys: int = 16 * MiB
+
+
+def _state_bytes(state: Hashable) -> int:
+    """The estimate of an interned node state (`EvaluationCache._intern`), by formula: walking
+    its ~80 objects (`interning.approx_bytes`) cost ~20 us per node change, the formula nothing."""
+    return STATE_BYTES + STATE_GPU_BYTES * len(cast(tuple[tuple[object, ...], ...], state)[0])
+
+
+def result_bytes(pod: PodRequest) -> int:
+    """The estimate of one cached result for `pod` (see `RESULT_BYTES`)."""
+    return RESULT_BYTES + ASSIGNMENT_BYTES * max(0, len(pod.gpu_containers) - 1)
 
 
 class _NodeInfo:
     """What is derived from one version of a node: its capacity summary, its interned state and
-    the results of the shapes evaluated on it."""
+    the results of the shapes evaluated on it (`bytes`: their estimate)."""
 
-    __slots__ = ("version", "capacity", "state", "results")
+    __slots__ = ("version", "capacity", "state", "results", "bytes")
 
     def __init__(self, version: int, capacity: Capacity) -> None:
         self.version = version
         self.capacity = capacity
         self.state = -1  # interned state id; -1 until a policy evaluation needs it
         self.results: dict[_Key, Result] = {}
+        self.bytes = 0
 
 
 class EvaluationCache:
-    def __init__(self) -> None:
+    def __init__(self, budget: EvaluationBudget = EvaluationBudget()) -> None:
+        self._budget = budget
         self._by_state: dict[int, Result] = {}  # (key << 40 | state): an int key is no object to walk
-        self._keys = IdTable(_STATE_CACHE_LIMIT)
+        self._by_state_bytes = 0
+        self._keys = IdTable(_STATE_CACHE_LIMIT, budget.keys)
         self._info: dict[str, _NodeInfo] = {}
-        self._states = IdTable(_STATE_CACHE_LIMIT)
+        self._per_node_bytes = 0  # over every info's results
+        self._states = IdTable(_STATE_CACHE_LIMIT, budget.states, size_of=_state_bytes)
         self._table = CapacityTable()
+
+    def estimated_bytes(self) -> dict[str, int]:
+        """Per bounded map, what it holds now by the estimate its budget is kept with."""
+        return {
+            "by_state": self._by_state_bytes,
+            "per_node": self._per_node_bytes,
+            "states": self._states.estimated_bytes,
+            "keys": self._keys.estimated_bytes,
+        }
 
     def prepare(self, node: NodeState) -> None:
         """Derive what a request would need of this new version of the node now (capacity summary,
@@ -86,6 +159,8 @@ class EvaluationCache:
         node never prepared goes the per-node way, which compares versions."""
         info = self._info.get(node.name)
         if info is None or info.version != node.version:
+            if info is not None:
+                self._per_node_bytes -= info.bytes
             info = self._info[node.name] = _NodeInfo(node.version, capacity_of(node))
         if info.state < 0:
             info.state = self._intern(node)
@@ -93,14 +168,18 @@ class EvaluationCache:
 
     def forget(self, name: str) -> None:
         """The node was replaced or removed: its per-node results must not be served again."""
-        self._info.pop(name, None)
+        info = self._info.pop(name, None)
+        if info is not None:
+            self._per_node_bytes -= info.bytes
         self._table.forget(name)
 
     def clear(self) -> None:
         """Drop every result (the policy object was replaced). The capacity rows stay: they
         describe the nodes, not a policy's view of them."""
         self._by_state.clear()
+        self._by_state_bytes = 0
         self._info.clear()
+        self._per_node_bytes = 0
         self._states.clear()
         self._keys.clear()
 
@@ -121,6 +200,7 @@ class EvaluationCache:
                 out[name] = unknown if node is None else impl.evaluate(node, pod)
             return out
         key = self._key_id(impl, pod)
+        size = result_bytes(pod)
         demand = Demand.of(pod) if impl.standard_fit else None
         by_state = self._by_state
         # nodes that passed the table's rejections, by their row's state (shortcut 3 straight
@@ -154,6 +234,8 @@ class EvaluationCache:
                 continue
             info = info_of.get(name)
             if info is None or info.version != node.version:
+                if info is not None:
+                    self._per_node_bytes -= info.bytes
                 info = info_of[name] = _NodeInfo(node.version, capacity_of(node))
             if demand is not None:
                 failure = demand.reject(info.capacity)
@@ -169,7 +251,7 @@ class EvaluationCache:
             shared = by_state.get(key << 40 | info.state)
             if shared is not None:
                 out[name] = shared
-                self._remember(info, key, shared)
+                self._remember(info, key, shared, size)
                 continue
             out[name] = None  # type: ignore[assignment]  # filled after the batch below; keeps the order of `names`
             missing.append(node)
@@ -191,12 +273,16 @@ class EvaluationCache:
             batch = getattr(impl, "evaluate_many", None)
             nodes_todo = list(todo.values())
             results = batch(nodes_todo, pod) if batch is not None else [impl.evaluate(node, pod) for node in nodes_todo]
-            if len(by_state) + len(todo) > _STATE_CACHE_LIMIT:
+            added = size * len(todo)
+            if len(by_state) + len(todo) > _STATE_CACHE_LIMIT or self._by_state_bytes + added > self._budget.by_state:
                 by_state.clear()
+                self._by_state_bytes = 0
             answers = dict(zip(todo, results))
-            base = key << 40
-            for state, result in answers.items():
-                by_state[base | state] = result
+            if added <= self._budget.by_state:
+                base = key << 40
+                for state, result in answers.items():
+                    by_state[base | state] = result
+                self._by_state_bytes += added
             for name, state in rowed_missing:
                 out[name] = answers[state]
             for node, info in zip(missing, missing_info):
@@ -204,8 +290,14 @@ class EvaluationCache:
                 results_of = info.results
                 if len(results_of) >= _PER_NODE_LIMIT:
                     results_of.clear()
+                    self._per_node_bytes -= info.bytes
+                    info.bytes = 0
                 results_of[key] = result  # `_remember`, inline: once per node of a new shape
+                info.bytes += size
                 out[node.name] = result
+            self._per_node_bytes += size * len(missing)
+            if self._per_node_bytes > self._budget.per_node:
+                self._drop_per_node()
         return out
 
     def _key_id(self, impl: Policy, pod: PodRequest) -> _Key:
@@ -214,11 +306,26 @@ class EvaluationCache:
         per-node bound or the by-state reset)."""
         return self._keys.id_of((impl.name, impl.epoch, pod.shape))
 
-    @staticmethod
-    def _remember(info: _NodeInfo, key: _Key, result: Result) -> None:
+    def _remember(self, info: _NodeInfo, key: _Key, result: Result, size: int) -> None:
         if len(info.results) >= _PER_NODE_LIMIT:
             info.results.clear()
+            self._per_node_bytes -= info.bytes
+            info.bytes = 0
         info.results[key] = result
+        info.bytes += size
+        self._per_node_bytes += size
+        if self._per_node_bytes > self._budget.per_node:
+            self._drop_per_node()
+
+    def _drop_per_node(self) -> None:
+        """Every node's results go (the budget is for all nodes together; which node's results
+        will be asked for again is not known). Summaries, rows and states stay: they describe
+        the nodes, once each."""
+        for info in self._info.values():
+            if info.results:
+                info.results = {}
+                info.bytes = 0
+        self._per_node_bytes = 0
 
     def _intern(self, node: NodeState) -> int:
         """An id for everything a policy may look at, except the node's name."""

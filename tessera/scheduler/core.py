@@ -126,9 +126,15 @@ class Extender:
             scores[held] = MAX_EXTENDER_PRIORITY
         return host_priorities(names, scores)
 
-    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
-        """Per candidate node, the victims that free the GPU(s) the pod needs (`preemption`)."""
-        return self._preemptor.preempt(args)
+    def preempt(self, args: ExtenderPreemptionArgs, deadline: float | None = None) -> ExtenderPreemptionResult:
+        """Per candidate node, the victims that free the GPU(s) the pod needs (`preemption`), by
+        `deadline` (`preempt_deadline`; None: the whole budget from now)."""
+        return self._preemptor.preempt(args, deadline)
+
+    def preempt_deadline(self, received_at: float) -> float:
+        """When /preempt must answer a request whose first byte arrived at `received_at`
+        (`time.monotonic()`): the budget covers reading and decoding the body too."""
+        return self._preemptor.deadline(received_at)
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         return self._binder.bind(args)

@@ -15,6 +15,7 @@ them for every type used here.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from dataclasses import dataclass, field
@@ -289,6 +290,13 @@ class ExtenderBindingResult:
 # answers, kube-scheduler reads NodeNameToMetaVictims and looks every UID up among the pods of
 # that node in its own snapshot (kubernetes/kubernetes pkg/scheduler/extender.go,
 # `ProcessPreemption` / `convertToVictims` / `convertPodUIDToPod`).
+_CLOCK_EVERY: Final = 1024  # victims decoded between two looks at the clock (a look costs ~50 ns)
+
+
+class _BudgetSpent(Exception):
+    """/preempt's time budget ran out while its body was being decoded."""
+
+
 def _count(data: Mapping[str, Any], name: str, where: str) -> int:
     value = _field(data, name)
     if value is None:
@@ -311,7 +319,9 @@ class Victims:
     pods: tuple[KubeObject, ...] = ()
 
     @staticmethod
-    def from_json(data: Any, where: str, *, meta: bool) -> Victims:
+    def from_json(data: Any, where: str, *, meta: bool, deadline: float | None = None) -> Victims:
+        """Linear in the number of victims (a set finds a UID listed twice). `deadline`: a
+        `time.monotonic()` reading after which decoding gives up (`_BudgetSpent`)."""
         # kube-scheduler never sends a nil *Victims (it lists only nodes with victims): a null
         # entry is a body it did not write, not an empty set to answer for
         body = _object(data, where)
@@ -321,21 +331,25 @@ class Victims:
         if not isinstance(listed, list):
             raise WireError(f"must be an array, got {_kind(listed)}", f"{where}.Pods")
         uids: list[str] = []
+        seen: set[str] = set()
         pods: list[KubeObject] = []
         for i, entry in enumerate(listed):
-            item = f"{where}.Pods[{i}]"
+            if deadline is not None and not i % _CLOCK_EVERY and time.monotonic() > deadline:
+                raise _BudgetSpent
             if meta:
-                uid = _field(_object(entry, item), "UID")
-                uid_path = f"{item}.UID"
+                if type(entry) is not dict:
+                    _object(entry, f"{where}.Pods[{i}]")
+                uid = _field(entry, "UID")
             else:
-                pod = _pod(entry, item)
+                pod = _pod(entry, f"{where}.Pods[{i}]")
                 pods.append(pod)
                 uid = pod["metadata"].get("uid")
-                uid_path = f"{item}.metadata.uid"
             if not isinstance(uid, str) or not uid:
+                uid_path = f"{where}.Pods[{i}].UID" if meta else f"{where}.Pods[{i}].metadata.uid"
                 raise WireError("is required (every victim needs a UID, a non-empty string)", uid_path)
-            if uid in uids:
-                raise WireError(f"pod {uid} is listed twice", item)
+            if uid in seen:
+                raise WireError(f"pod {uid} is listed twice", f"{where}.Pods[{i}]")
+            seen.add(uid)
             uids.append(uid)
         return Victims(tuple(uids), _count(body, "NumPDBViolations", where), tuple(pods))
 
@@ -346,16 +360,22 @@ class Victims:
 @dataclass(frozen=True)
 class ExtenderPreemptionArgs:
     """Body of /preempt: the pod to place and, per candidate node, the victims kube-scheduler
-    chose there. `meta` says which map carried them (True: `NodeNameToMetaVictims`)."""
+    chose there. `meta` says which map carried them (True: `NodeNameToMetaVictims`).
+    `budget_spent`: the time budget ran out before the body was decoded; `victims` is then empty
+    and the answer must be an empty map (the preemption fails for this cycle, as kube-scheduler
+    handles it)."""
 
     pod: KubeObject
     victims: dict[str, Victims]
     meta: bool = True
+    budget_spent: bool = False
 
     FIELDS: ClassVar[tuple[str, ...]] = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
 
     @staticmethod
-    def from_json(data: Any) -> ExtenderPreemptionArgs:
+    def from_json(data: Any, deadline: float | None = None) -> ExtenderPreemptionArgs:
+        """Linear in the body. `deadline`: a `time.monotonic()` reading; when decoding reaches
+        it, the rest of the body is not read and the args say `budget_spent`."""
         body = _object(data, None)
         pod = _pod(_field(body, "Pod"), "Pod")
         by_key = {key: _field(body, key) for key in ("NodeNameToMetaVictims", "NodeNameToVictims")}
@@ -364,10 +384,14 @@ class ExtenderPreemptionArgs:
             raise WireError("send NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims, not both")
         key = sent[0] if sent else "NodeNameToMetaVictims"
         meta = key == "NodeNameToMetaVictims"
-        victims = {
-            str(node): Victims.from_json(entry, f'{key}["{node}"]', meta=meta)
-            for node, entry in _object({} if by_key[key] is None else by_key[key], key).items()
-        }
+        victims: dict[str, Victims] = {}
+        try:
+            for node, entry in _object({} if by_key[key] is None else by_key[key], key).items():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise _BudgetSpent
+                victims[str(node)] = Victims.from_json(entry, f'{key}["{node}"]', meta=meta, deadline=deadline)
+        except _BudgetSpent:
+            return ExtenderPreemptionArgs(pod, {}, meta, budget_spent=True)
         return ExtenderPreemptionArgs(pod, victims, meta)
 
     def to_json(self) -> dict[str, Any]:

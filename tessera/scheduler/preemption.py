@@ -23,6 +23,17 @@ fit check. Pods of the proposal that hold no Tessera GPU stay victims: kube-sche
 for CPU, memory or other reasons we do not model. Nodes where no set helps are left out, and so
 are nodes not reached within `time_budget_s`.
 
+Time: the budget runs from the request's first byte (the HTTP adapter passes that deadline to the
+decoding and to `Preemptor.preempt`), because kube-scheduler's `httpTimeout` runs from when it
+sent the call, not from when the extender finished reading it (kubernetes/kubernetes v1.30.0,
+pkg/scheduler/extender.go, `NewHTTPExtender`: one `http.Client` whose `Timeout` is `httpTimeout`,
+which in Go covers the whole exchange, reading the reply included). A body not decoded within the
+budget is answered with an empty `NodeNameToMetaVictims` (kube-scheduler fails this preemption
+attempt and tries the pod again later); a node whose search is under way when the budget runs out
+is left out with the nodes not reached. The work is linear in the call: each listed UID is looked
+up once (sets and dicts, no list scans), the pods held on a node come from the state's per-node
+index, and the search per node is bounded by `SearchLimits`.
+
 PodDisruptionBudgets: the extender does not read them (its RBAC has no PDB access, and
 kube-scheduler's count depends on every lower-priority pod of the node, most of which it does
 not track). It knows only kube-scheduler's count for the proposed set, so the count it returns is
@@ -50,10 +61,11 @@ log = logging.getLogger(__name__)
 class PreemptSettings:
     """How long /preempt may think.
 
-    time_budget_s: default 2 s for one call, all nodes together; nodes not reached by then are
-        left out (kube-scheduler picks among the others). Keep it well under the extender's
-        `httpTimeout` (5 s by default in the rendered configuration): a call that times out
-        fails the pod's preemption.
+    time_budget_s: default 2 s for one call, all nodes together, counted from the request's first
+        byte (reading and decoding the body are part of it); nodes not reached by then are left
+        out (kube-scheduler picks among the others), and a body not decoded by then is answered
+        with no node at all. Keep it well under the extender's `httpTimeout` (5 s by default in
+        the rendered configuration): a call that times out fails the pod's preemption.
     limits: the per-node search bounds (`victims.SearchLimits`).
     """
 
@@ -61,13 +73,33 @@ class PreemptSettings:
     limits: SearchLimits = field(default_factory=SearchLimits)
 
 
+class _OutOfTime(Exception):
+    """The budget ran out in the middle of a node's search: the node is left out."""
+
+
 class Preemptor:
     def __init__(self, state: SchedulerState, settings: PreemptSettings, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`monotonic`: the clock deadlines are read on (`time.monotonic`, as the HTTP server's)."""
         self._state = state
         self._settings = settings
         self._monotonic = monotonic
 
-    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
+    def deadline(self, started_at: float) -> float:
+        """When a call whose request began at `started_at` (a `monotonic` reading: its first
+        byte) must be answered."""
+        return started_at + self._settings.time_budget_s
+
+    def preempt(self, args: ExtenderPreemptionArgs, deadline: float | None = None) -> ExtenderPreemptionResult:
+        """`deadline`: see `deadline`; None: the whole budget from now (callers in-process).
+
+        Linear in the call: per node, the proposal's UIDs are looked up once each and the pods
+        the extender holds there come from its per-node index (`SchedulerState.held_on`)."""
+        if deadline is None:
+            deadline = self.deadline(self._monotonic())
+        if args.budget_spent or self._monotonic() > deadline:
+            # an empty map fails this preemption attempt; kube-scheduler retries the pod later
+            log.warning("preempt: time budget (%g s) spent reading and decoding the request; no node examined", self._settings.time_budget_s)
+            return ExtenderPreemptionResult({})
         try:
             request = pod_request_from_k8s(args.pod)
         except InvalidRequest as exc:
@@ -78,19 +110,28 @@ class Preemptor:
         if (args.pod.get("spec") or {}).get("preemptionPolicy") == "Never":
             return ExtenderPreemptionResult({})  # kube-scheduler does not preempt for it either
         priority = pod_priority(args.pod)
-        deadline = self._monotonic() + self._settings.time_budget_s
         kept: dict[str, Victims] = {}
         for i, (node, proposal) in enumerate(args.victims.items()):
-            if self._monotonic() > deadline:
+            try:
+                if self._monotonic() > deadline:
+                    raise _OutOfTime
+                victims = self._node(request, priority, node, proposal, deadline)
+            except _OutOfTime:
                 log.warning("preempt %s/%s: time budget spent; %d of %d nodes not examined", request.namespace, request.name, len(args.victims) - i, len(args.victims))
                 break
-            victims = self._node(request, priority, node, proposal)
             if victims is not None:
                 kept[node] = victims
         return ExtenderPreemptionResult(kept)
 
-    def _node(self, request: PodRequest, priority: int, node: str, proposal: Victims) -> Victims | None:
+    def _node(self, request: PodRequest, priority: int, node: str, proposal: Victims, deadline: float) -> Victims | None:
         state = self._state
+        monotonic = self._monotonic
+
+        def fits(uids: frozenset[str]) -> bool:
+            if monotonic() > deadline:
+                raise _OutOfTime  # before the check: the state is left as it is
+            return state.fits_without(request, node, uids)
+
         with state.lock:
             inventory = state.cluster.nodes.get(node)
             if inventory is None:
@@ -111,7 +152,7 @@ class Preemptor:
             ]
             choice = choose_victims(
                 candidates,
-                lambda uids: state.fits_without(request, node, uids),
+                fits,
                 gpus=[g.index for g in inventory.gpus if g.healthy],
                 gpus_needed=sum(c.gpu_count for c in request.gpu_containers),
                 smallest_group=max(c.gpu_count for c in request.gpu_containers),

@@ -10,7 +10,9 @@ every eligible pod would not help, and the state is exactly as before.
 from __future__ import annotations
 
 import itertools
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -23,7 +25,7 @@ from tessera.kube.api import KubeObject
 from tessera.scheduler.extender_types import ExtenderPreemptionArgs, Victims
 from tessera.scheduler.preemption import PreemptSettings, Preemptor
 from tessera.scheduler.state import SchedulerState, StateSettings
-from tessera.scheduler.victims import Candidate, choose_victims, pdb_bound
+from tessera.scheduler.victims import Candidate, SearchLimits, choose_victims, pdb_bound
 
 CORES = st.sampled_from([10, 20, 25, 30, 40, 50, 60, 70, 100, 200])
 
@@ -170,3 +172,75 @@ def test_no_victim_set_helps_when_evicting_everyone_is_not_enough() -> None:
 )
 def test_pdb_bound_never_undercounts_what_kube_scheduler_told_us(kept_proposed: int, added: int, violations: int, bound: int) -> None:
     assert pdb_bound(kept_proposed, added, violations) == bound
+
+
+def _reference_answer(world: World, args: ExtenderPreemptionArgs) -> dict[str, tuple[tuple[str, ...], int]]:
+    """/preempt's answer restated from its specification (docs/scheduler-extender.md,
+    "Preemption") and found by brute force over every subset of the eligible pods: nothing of
+    `preemption` or `victims` is used but `pdb_bound`. Per node: the victims, most important
+    first, and the PodDisruptionBudget count."""
+    state = world.state
+    request = pod_request_from_k8s(args.pod)
+    mine = args.pod["spec"]["priority"]
+    out: dict[str, tuple[tuple[str, ...], int]] = {}
+    for node, proposal in args.victims.items():
+        if node not in state.cluster.nodes:
+            continue
+        if any(uid in world.node_of and world.node_of[uid] != node for uid in proposal.uids):
+            continue  # kube-scheduler and the extender disagree on where a pod is
+        proposed = set(proposal.uids)
+        held = {uid for uid, n in world.node_of.items() if n == node}
+        passthrough = [uid for uid in proposal.uids if uid not in held]
+        eligible = sorted(uid for uid in held if world.priority[uid] < mine and (uid not in world.unbound or uid in proposed))
+
+        def fits(victims: Sequence[str], node: str = node) -> bool:
+            return isinstance(state.cluster.evaluate_without(request, node, [PodUid(u) for u in victims]), Evaluation)
+
+        def key(victims: Sequence[str]) -> tuple[int, int, int, int, tuple[str, ...]]:
+            kept = sum(1 for u in victims if u in proposed)
+            # kube-scheduler's order: PDB violations, top priority, count, priority sum (start
+            # times tie: no pod of these worlds has started), then the UIDs for determinism
+            return (
+                pdb_bound(kept + len(passthrough), len(victims) - kept, proposal.num_pdb_violations),
+                max(world.priority[u] for u in victims),
+                len(victims),
+                sum(world.priority[u] for u in victims),
+                tuple(sorted(victims)),
+            )
+
+        if not fits(eligible):
+            continue
+        if fits([]):
+            chosen = [uid for uid in eligible if uid in proposed]
+            violations = min(proposal.num_pdb_violations, len(chosen) + len(passthrough))
+        else:
+            subsets = (list(s) for n in range(1, len(eligible) + 1) for s in itertools.combinations(eligible, n))
+            chosen = min((s for s in subsets if fits(s)), key=key)
+            violations = key(chosen)[0]
+        if not chosen and not passthrough:
+            continue
+        # most important first; a proposed pod of unknown priority ranks no higher than the known
+        # pod kube-scheduler listed before it, then by where it was listed
+        priority: dict[str, float] = {}
+        ceiling = math.inf
+        for uid in proposal.uids:
+            if uid in eligible:
+                ceiling = world.priority[uid]
+            priority[uid] = world.priority[uid] if uid in eligible else ceiling
+        listed = {uid: i for i, uid in enumerate(proposal.uids)}
+        victims = sorted([*passthrough, *chosen], key=lambda u: (-priority.get(u, world.priority.get(u, 0)), listed.get(u, len(listed)), u))
+        out[node] = (tuple(victims), violations)
+    return out
+
+
+@pytest.mark.parametrize("policy", [PlacementPolicy.BINPACK, PlacementPolicy.FRAGMENTATION_AWARE])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_answers_equal_a_brute_force_over_every_victim_set(policy: PlacementPolicy, data: st.DataObject) -> None:
+    """On small nodes (at most 10 pods in the whole world) the search with unbounded checks
+    finds what trying every subset finds, and the answer carries it in kube-scheduler's order."""
+    world = data.draw(worlds(policy))
+    args = data.draw(preemption_calls(world))
+    unbounded = PreemptSettings(time_budget_s=60, limits=SearchLimits(max_checks=1_000_000, exact_pods=16, max_groups=1_000_000))
+    result = Preemptor(world.state, unbounded).preempt(args)
+    assert {node: (v.uids, v.num_pdb_violations) for node, v in result.victims.items()} == _reference_answer(world, args)
