@@ -128,8 +128,10 @@ class Cluster:
 
     # --- inventory ------------------------------------------------------------------------------
     def add_node(self, node: NodeState) -> list[PodUid]:
-        """Add a node, or replace its inventory keeping the pods placed on it. Returns the pods
-        whose placement no longer fits the new inventory; they are released."""
+        """Add a node, or replace its inventory keeping the pods placed on it. A pod that no longer
+        fits stays counted, past 100 % of its GPUs if need be (it may be running: forgetting it
+        would let another pod onto its GPU; `overcommitted` tells). Returns the pods that hold a
+        GPU the new inventory lacks: those cannot be counted and are released."""
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
         self._rank.setdefault(node.name, len(self._rank))
@@ -142,7 +144,7 @@ class Cluster:
                     continue
                 del self._pods[uid]
                 try:
-                    self._reserve(pod, placement, share_cap=False)
+                    self._reserve(pod, placement, share_cap=False, force=True)
                 except ReserveConflict:
                     dropped.append(uid)
         return dropped
@@ -280,9 +282,12 @@ class Cluster:
         already holding exactly this placement (kube-scheduler retries a bind)."""
         self._reserve(pod, placement, share_cap=True)
 
-    def _reserve(self, pod: PodRequest, placement: Placement, *, share_cap: bool) -> None:
+    def _reserve(self, pod: PodRequest, placement: Placement, *, share_cap: bool, force: bool = False) -> None:
         """`share_cap=False` for pods that already run (inventory replaced, restore after a
-        restart): a lowered max-shares-per-gpu blocks new shares but never evicts."""
+        restart): a lowered max-shares-per-gpu blocks new shares but never evicts. `force`: count
+        the placement even where it does not fit (host resources, health, model, idleness,
+        capacity); only a placement naming GPUs the node lacks, or not matching the pod's
+        containers, is refused, because it cannot be counted anywhere."""
         held = self._pods.get(pod.uid)
         if held is not None:
             if held[1].node == placement.node and held[1].containers == placement.containers:
@@ -291,7 +296,7 @@ class Cluster:
         node = self.nodes.get(placement.node)
         if node is None:
             raise ReserveConflict(f"node {placement.node} is not in the inventory")
-        if (failure := host_fit(node, pod)) is not None:
+        if not force and (failure := host_fit(node, pod)) is not None:
             raise ReserveConflict(f"{placement.node}: {failure.value}")
         wanted = {c.name: c for c in pod.gpu_containers}
         if sorted(wanted) != sorted(c.name for c in placement.containers):
@@ -304,9 +309,11 @@ class Cluster:
                 raise ReserveConflict(f"container {cp.name}: {len(cp.grants)} GPUs granted, {request.gpu_count} requested")
             for grant in cp.grants:
                 gpu = by_index.get(grant.index)
-                if gpu is None or not usable(gpu, pod):
-                    raise ReserveConflict(f"{placement.node}: GPU {grant.index} is missing, unhealthy or of another model")
-                if request.whole and not gpu.idle:
+                if gpu is None:
+                    raise ReserveConflict(f"{placement.node}: GPU {grant.index} is missing")
+                if not force and not usable(gpu, pod):
+                    raise ReserveConflict(f"{placement.node}: GPU {grant.index} is unhealthy or of another model")
+                if not force and request.whole and not gpu.idle:
                     raise ReserveConflict(f"{placement.node}: GPU {grant.index} is not idle for a whole-GPU request")
                 acc = need.setdefault(grant.index, [0, 0, 0])
                 acc[0] += grant.milli
@@ -314,6 +321,8 @@ class Cluster:
                 acc[2] += 0 if request.whole else 1
         cap = node.max_shares_per_gpu if share_cap else None
         for index, (milli, memory, shares) in need.items():
+            if force:
+                break
             gpu = by_index[index]
             if milli > gpu.free_milli or memory > gpu.free_memory_mib:
                 raise ReserveConflict(f"{placement.node}: GPU {index} has {gpu.free_milli} milli / {gpu.free_memory_mib} MiB free")
@@ -321,6 +330,14 @@ class Cluster:
                 raise ReserveConflict(f"{placement.node}: GPU {index} already holds {gpu.shares} of at most {cap} shares")
         self._apply(node, pod, placement, +1)
         self._pods[pod.uid] = (pod, placement)
+
+    def overcommitted(self, node_name: str) -> frozenset[int]:
+        """Indices of the node's GPUs whose counted placements add up to more than the GPU, in
+        compute or memory (only forced placements can do that)."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return frozenset()
+        return frozenset(g.index for g in node.gpus if g.used_milli > MILLI_PER_GPU or g.used_memory_mib > g.memory_mib)
 
     def release(self, uid: PodUid) -> Placement | None:
         """Free what a pod holds (deleted, failed, or its bind was abandoned)."""
@@ -387,8 +404,10 @@ class Cluster:
             },
         )
 
-    def restore(self, pod: PodRequest, allocation: Allocation) -> Placement:
-        """Re-reserve a pod from its allocation record (extender restart); raises ReserveConflict."""
+    def restore(self, pod: PodRequest, allocation: Allocation, *, force: bool = False) -> Placement:
+        """Re-reserve a pod from its allocation record (extender restart); raises ReserveConflict.
+        `force`: count the record even past 100 % of its GPUs (a pod that may run); it still
+        raises for a record naming a GPU the node does not have."""
         node = self.nodes.get(allocation.node)
         if node is None:
             raise ReserveConflict(f"node {allocation.node} is not in the inventory")
@@ -404,5 +423,5 @@ class Cluster:
         order = {c.name: i for i, c in enumerate(pod.gpu_containers)}
         containers.sort(key=lambda cp: order.get(cp.name, len(order)))
         placement = Placement(allocation.node, tuple(containers))
-        self._reserve(pod, placement, share_cap=False)
+        self._reserve(pod, placement, share_cap=False, force=force)
         return placement

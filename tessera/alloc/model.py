@@ -137,13 +137,17 @@ class GpuState:
     shares: int = 0  # containers holding a share (not a whole GPU) of it; capped by max_shares_per_gpu
     sm_count: int | None = None  # as the node reports it; only the MPS percentage uses it, never placement
 
+    # Never negative: records in conflict can count a GPU past 100 % (`Cluster.restore(force=True)`),
+    # and every fit check and fragmentation measure reads "nothing free" from that.
     @property
     def free_milli(self) -> int:
-        return MILLI_PER_GPU - self.used_milli
+        free = MILLI_PER_GPU - self.used_milli
+        return free if free > 0 else 0
 
     @property
     def free_memory_mib(self) -> int:
-        return self.memory_mib - self.used_memory_mib
+        free = self.memory_mib - self.used_memory_mib
+        return free if free > 0 else 0
 
     @property
     def idle(self) -> bool:

@@ -1,41 +1,54 @@
 """The extender's cache: shared GPU nodes and the pods holding GPU capacity on them.
 
 It wraps `tessera.alloc.Cluster` (the inventory, reservations and placement policy) with what
-only the extender knows: which reservations are bound, which are in the middle of a bind, and
-which were rebuilt from annotations after a restart. One lock guards everything; the policy
-code is pure and not thread-safe.
+only the extender knows, kept by `pod_book.PodBook`: which reservations are bound, which are in
+the middle of a bind, which wait for an unanswered write to be settled, which were rebuilt from
+records after a restart, and which records conflict. One lock guards everything; the policy code
+is pure and not thread-safe.
 
-Sources of truth, in order: a bind in flight in this process (it owns its pod), then the pod's
-`tessera.dev/allocation` annotation as the API server reports it (watch events), then the TTL:
-a pod annotated but still unbound after `assume_ttl_s` lost its bind (kube-scheduler gave up or
-the extender died) and its reservation is released.
+The pods' `tessera.dev/allocation` records are the truth (`pod_book` has the rules); a bind in
+flight in this process owns its pod until it finishes; the leader settles assumed reservations
+older than `assume_ttl_s` (kube-scheduler gave up, or the extender died) by stripping their
+records before it gives their capacity back.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from enum import Enum
 
 from tessera.alloc import Cluster, Evaluation, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
-from tessera.alloc import node_state_from_k8s, pod_request_from_k8s
+from tessera.alloc import node_state_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
-from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND, Allocation
+from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND
 from tessera.kube.api import KubeObject
 from tessera.model.pools_file import PoolsFileWatch
 from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
+from tessera.scheduler.pod_book import PodBook
+from tessera.scheduler.pod_records import (
+    ConflictNotice,
+    ConflictReason,
+    HeldPod,
+    Holding,
+    PodEntry,
+    Settle,
+    pod_priority,
+    rfc3339,
+)
 from tessera.scheduler.pool_settings import PoolSettings
 from tessera.scheduler.pool_usage import PoolUsageMeter
 
 log = logging.getLogger(__name__)
 
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# what other modules import from here: the records' vocabulary lives in pod_records
+__all__ = ["ConflictNotice", "ConflictReason", "HeldPod", "Holding", "PodEntry", "SchedulerState", "Settle", "StateSettings", "is_shared_gpu_node", "pod_priority"]
 
 
 @dataclass(frozen=True)
@@ -56,84 +69,33 @@ class StateSettings:
     seen_pods_limit: int = 100_000
 
 
-class Holding(Enum):
-    IN_FLIGHT = "in-flight"  # a bind in this process reserved it and has not finished
-    ASSUMED = "assumed"  # annotated, not bound (after a restart or a failed bind)
-    BOUND = "bound"
-
-
-@dataclass
-class PodEntry:
-    namespace: str
-    name: str
-    node: str
-    holding: Holding
-    assumed_at: float  # epoch seconds
-    priority: int = 0  # spec.priority: who may preempt it
-    started_at: float = math.inf  # status.startTime, epoch seconds; inf until kubelet starts it
-
-
-@dataclass(frozen=True)
-class HeldPod:
-    """A pod holding GPU capacity on a node, as preemption sees it."""
-
-    uid: str
-    priority: int
-    started_at: float
-    gpus: frozenset[int]
-    bound: bool  # bound pods are in kube-scheduler's snapshot of the node; others may not be
-
-
-@dataclass(frozen=True)
-class Expired:
-    namespace: str
-    name: str
-    uid: str
-    node: str  # the node the expired record named (only a record for this node is stripped)
-
-
-def parse_rfc3339(text: str) -> float:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0  # unreadable assume time: treat as long expired
-
-
-def pod_priority(pod: KubeObject) -> int:
-    """kube-scheduler's `corev1helpers.PodPriority`: `spec.priority` (the API server's Priority
-    admission resolves it from priorityClassName), 0 when unset."""
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def pod_started_at(pod: KubeObject) -> float:
-    """`status.startTime` in epoch seconds; inf while unset (kube-scheduler's
-    `GetPodStartTime` then uses "now", later than any pod that started)."""
-    text = (pod.get("status") or {}).get("startTime")
-    return parse_rfc3339(text) if isinstance(text, str) and text else math.inf
-
-
 def is_shared_gpu_node(node: KubeObject) -> bool:
     kind = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_POOL_KIND)
     return kind in (None, "shared")
 
 
 class SchedulerState:
-    def __init__(self, cluster: Cluster, settings: StateSettings, *, clock: Callable[[], float], pools_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        settings: StateSettings,
+        *,
+        clock: Callable[[], float],
+        pools_file: Path | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`pools_file`: the mounted pools document; its per-pool placement, sharing policy and
-        shares per GPU apply to the pool's nodes (see `pool_settings`); None = node labels only."""
+        shares per GPU apply to the pool's nodes (see `pool_settings`); None = node labels only.
+        `monotonic`: the clock `read_at` times come from (reads newer than our own writes)."""
         self.cluster = cluster
         self.settings = settings
         self.lock = threading.RLock()
         self._clock = clock
-        self._entries: dict[PodUid, PodEntry] = {}
-        # pod uid -> assume time of a reservation the TTL released: a watch event delivered late
-        # (written before the annotations were stripped) must not bring that reservation back
-        self._expired: dict[PodUid, float] = {}
-        self._node_fingerprints: dict[str, str] = {}
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self.inconsistencies = 0  # records that could not be restored (should stay 0)
+        self.monotonic = monotonic
         self.views = EvaluationViews()  # every change of a node must be reported to it
+        self.book = PodBook(cluster, self.views.touched)
+        self._node_fingerprints: dict[str, str] = {}
+        self._seen: OrderedDict[bytes, None] = OrderedDict()  # digests: a UID is the client's string, of any length
         self.pool_settings = PoolSettings()
         self._pool_usage = PoolUsageMeter()
         self._pools_watch = PoolsFileWatch(pools_file) if pools_file is not None else None
@@ -188,10 +150,7 @@ class SchedulerState:
             for g in state.gpus:
                 g.healthy = before.get((g.index, g.uuid), g.healthy)
         if old is None or _inventory(old) != _inventory(state):
-            for uid in self.cluster.add_node(state):
-                entry = self._entries.pop(uid, None)
-                self.inconsistencies += 1
-                log.error("pod %s no longer fits node %s after an inventory change; its GPUs are not tracked", entry and entry.name, state.name)
+            self.book.node_added(state.name, self.cluster.add_node(state))
         current = self.cluster.nodes[state.name]
         sm_counts = {g.index: g.sm_count for g in state.gpus}
         for g in current.gpus:
@@ -208,8 +167,7 @@ class SchedulerState:
             self._node_fingerprints.pop(name, None)
             self._node_objects.pop(name, None)
             self.pool_settings.forget_node(name)
-            for uid in self.cluster.remove_node(name):
-                self._entries.pop(uid, None)
+            self.book.node_removed(self.cluster.remove_node(name))
 
     def replace_nodes(self, nodes: Iterable[KubeObject]) -> None:
         """After a (re)list: apply every node, forget the ones that are gone."""
@@ -223,88 +181,30 @@ class SchedulerState:
                 self.apply_node(node)
 
     # --- pods from the API ----------------------------------------------------------------------
-    def apply_pod(self, pod: KubeObject) -> None:
-        meta = pod.get("metadata") or {}
-        uid = PodUid(str(meta.get("uid", "")))
-        phase = (pod.get("status") or {}).get("phase")
+    def apply_pod(self, pod: KubeObject, read_at: float | None = None) -> None:
+        """A version of a pod from the watch (`read_at` None) or from a read that began at
+        `self.monotonic()` time `read_at` (`pod_book` says what each may change)."""
         with self.lock:
-            entry = self._entries.get(uid)
-            if phase in _TERMINAL_PHASES:
-                self._release(uid)
-                self._expired.pop(uid, None)
-                return
-            if entry is not None and entry.holding is Holding.IN_FLIGHT:
-                return  # the bind in flight owns this pod until it finishes
-            text = (meta.get("annotations") or {}).get(ANNOTATION_ALLOCATION)
-            if not text:
-                return  # nothing recorded; an entry without a record is left to the TTL
-            try:
-                allocation = Allocation.from_json(text)
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("pod %s/%s: unreadable %s: %s", meta.get("namespace"), meta.get("name"), ANNOTATION_ALLOCATION, exc)
-                return
-            bound_to = (pod.get("spec") or {}).get("nodeName")
-            if bound_to and bound_to != allocation.node:
-                log.warning("pod %s/%s is bound to %s but its allocation names %s", meta.get("namespace"), meta.get("name"), bound_to, allocation.node)
-                self._release(uid)
-                return
-            if not bound_to and _same_reservation(self._expired.get(uid), allocation.assumed_at):
-                return  # the record of a reservation that already expired, seen late
-            self._expired.pop(uid, None)
-            holding = Holding.BOUND if bound_to else Holding.ASSUMED
-            self._restore(pod, uid, allocation, holding)
-
-    def _restore(self, pod: KubeObject, uid: PodUid, allocation: Allocation, holding: Holding) -> None:
-        entry = self._entries.get(uid)
-        if entry is not None and entry.node == allocation.node and self.cluster.pod(uid) is not None:
-            entry.holding = holding
-            entry.priority = pod_priority(pod)
-            entry.started_at = pod_started_at(pod)
-            return
-        self._release(uid)
-        self.views.touched(allocation.node)
-        try:
-            request = pod_request_from_k8s(pod)
-            self.cluster.restore(request, allocation)
-        except (InvalidRequest, ReserveConflict) as exc:
-            self.inconsistencies += 1
-            log.error("cannot restore the allocation of pod %s: %s", uid, exc)
-            return
-        meta = pod["metadata"]
-        self._entries[uid] = PodEntry(
-            str(meta.get("namespace", "default")), str(meta.get("name", "")), allocation.node, holding, parse_rfc3339(allocation.assumed_at),
-            pod_priority(pod), pod_started_at(pod),
-        )
+            self.book.apply_pod(pod, read_at)
 
     def delete_pod(self, pod: KubeObject) -> None:
-        uid = PodUid(str((pod.get("metadata") or {}).get("uid", "")))
         with self.lock:
-            self._release(uid)
-            self._expired.pop(uid, None)
+            self.book.delete(PodUid(str((pod.get("metadata") or {}).get("uid", ""))))
 
-    def replace_pods(self, pods: Iterable[KubeObject]) -> None:
-        """After a (re)list: apply every pod, release the ones that are gone (except in flight)."""
+    def replace_pods(self, pods: Iterable[KubeObject], listed_at: float = -math.inf) -> None:
+        """After a (re)list that began at `listed_at`: apply every pod, release the ones that are
+        gone (except those this process wrote to after the list began)."""
         pods = list(pods)
         with self.lock:
-            present = {str((p.get("metadata") or {}).get("uid", "")) for p in pods}
-            for uid, entry in list(self._entries.items()):
-                if uid not in present and entry.holding is not Holding.IN_FLIGHT:
-                    self._release(uid)
-            for pod in pods:
-                self.apply_pod(pod)
-
-    def _release(self, uid: PodUid) -> None:
-        self._entries.pop(uid, None)
-        placement = self.cluster.release(uid)
-        if placement is not None:
-            self.views.touched(placement.node)
+            self.book.replace(pods, listed_at)
 
     # --- scheduling -----------------------------------------------------------------------------
     def observe_once(self, request: PodRequest) -> None:
         """Feed a pod into the workload mix the first time it is seen (caller holds the lock)."""
-        if request.uid in self._seen:
+        key = hashlib.blake2b(request.uid.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        if key in self._seen:
             return
-        self._seen[request.uid] = None
+        self._seen[key] = None
         if len(self._seen) > self.settings.seen_pods_limit:
             self._seen.popitem(last=False)
         self.cluster.observe(request)  # may start a new epoch; the views notice it
@@ -322,9 +222,8 @@ class SchedulerState:
     def held_on(self, node: str) -> list[HeldPod]:
         """The pods holding GPU capacity on `node` (caller holds the lock)."""
         out = []
-        for uid, entry in self._entries.items():
-            if entry.node != node:
-                continue
+        for uid in self.book.on_node(node):
+            entry = self.book.entries[uid]
             placement = self.cluster.placement(uid)
             if placement is None or placement.node != node:
                 continue
@@ -333,14 +232,17 @@ class SchedulerState:
 
     def held_node(self, uid: PodUid) -> str | None:
         """The node a pod already holds capacity on (its own share must not count against it)."""
-        entry = self._entries.get(uid)
+        entry = self.book.entries.get(uid)
         return entry.node if entry is not None else None
 
+    # --- bind -------------------------------------------------------------------------------------
     def reserve_for_bind(self, request: PodRequest, node: str, *, priority: int = 0) -> Placement | FitFailure:
-        """Choose GPUs on `node` with the production policy and reserve them, atomically.
-        `priority`: the pod's `spec.priority`, kept for preemption."""
+        """Choose GPUs on `node` with the production policy and reserve them, atomically, for the
+        record the bind is about to write (`entry`). The caller has read that the pod carries no
+        record, so whatever this process still held for it is given back first."""
         with self.lock:
             self.refresh_pools()
+            self.book.release(request.uid)
             placement = self.cluster.place(request, node)
             if placement is None:
                 failure = self.cluster.check_fit(request, node)
@@ -350,69 +252,115 @@ class SchedulerState:
             except ReserveConflict:
                 return FitFailure.GPU
             self.views.touched(node)
-            self._entries[request.uid] = PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, self._clock(), priority)
+            now = self._clock()
+            allocation = self.cluster.to_allocation(placement, rfc3339(now))
+            record = allocation.pod_annotations()[ANNOTATION_ALLOCATION]
+            self.book.add(request.uid, PodEntry(request.namespace, request.name, node, Holding.IN_FLIGHT, now, request, allocation, record, priority))
             return placement
 
-    def adopt_for_bind(self, request: PodRequest, allocation: Allocation, *, priority: int = 0) -> bool:
-        """A retried bind of a pod already annotated for this node: hold exactly that record."""
+    def adopt_for_bind(self, uid: PodUid, *, priority: int = 0) -> bool:
+        """A retried bind of a pod whose record (just read and applied) names the bind's node:
+        hold exactly that record, unless it is in conflict or cannot be counted."""
         with self.lock:
-            entry = self._entries.get(request.uid)
-            if entry is None or entry.node != allocation.node or self.cluster.pod(request.uid) is None:
-                self._release(request.uid)
-                self.views.touched(allocation.node)
-                try:
-                    self.cluster.restore(request, allocation)
-                except ReserveConflict:
-                    return False
-            self._entries[request.uid] = PodEntry(
-                request.namespace, request.name, allocation.node, Holding.IN_FLIGHT, parse_rfc3339(allocation.assumed_at), priority
-            )
+            entry = self.book.entries.get(uid)
+            if entry is None or entry.holding is Holding.UNCONFIRMED or not entry.counted or self.book.flagged(uid) is not None:
+                return False
+            entry.holding = Holding.IN_FLIGHT
+            entry.priority = priority
             return True
 
-    def release_pod(self, uid: PodUid) -> None:
+    def entry(self, uid: PodUid) -> PodEntry | None:
+        """The reservation of a pod (the caller must not change it)."""
         with self.lock:
-            self._release(uid)
+            return self.book.entries.get(uid)
+
+    def wrote(self, uid: PodUid, rv: str | None) -> None:
+        """Our write of the entry's record was applied (just now); the pod's version is now `rv`."""
+        with self.lock:
+            entry = self.book.entries.get(uid)
+            if entry is not None:
+                entry.awaiting, entry.written_at, entry.precondition = rv, self.monotonic(), None
+                if entry.holding is Holding.UNCONFIRMED:
+                    entry.holding = Holding.ASSUMED
+
+    def unconfirmed(self, uid: PodUid, precondition: str | None) -> None:
+        """Our write of the entry's record got no clear answer (just now): keep the capacity until
+        a read shows the record, or shows the pod past `precondition` without it."""
+        with self.lock:
+            entry = self.book.entries.get(uid)
+            if entry is not None:
+                entry.holding, entry.precondition, entry.written_at, entry.awaiting = Holding.UNCONFIRMED, precondition, self.monotonic(), None
+
+    def stripped(self, uid: PodUid, record: str, rv: str | None) -> None:
+        """We removed `record` from the pod: its capacity goes back."""
+        with self.lock:
+            self.book.stripped(uid, record, rv)
+
+    def release_pod(self, uid: PodUid) -> None:
+        """Give back what a bind reserved before it wrote anything."""
+        with self.lock:
+            self.book.release(uid)
 
     def finish_bind(self, uid: PodUid, *, bound: bool) -> None:
+        """`bound`: the Binding is in; otherwise the bind wrote nothing and its reservation goes."""
         with self.lock:
-            entry = self._entries.get(uid)
+            entry = self.book.entries.get(uid)
             if entry is None:
                 return
             if bound:
                 entry.holding = Holding.BOUND
             else:
-                self._release(uid)
+                self.book.release(uid)
 
     def keep_assumed(self, uid: PodUid) -> None:
-        """The pod is annotated but the bind failed: keep the reservation until the TTL."""
+        """The pod carries its record but is not bound: keep the reservation (a retry re-uses
+        it; the TTL settles it)."""
         with self.lock:
-            entry = self._entries.get(uid)
-            if entry is not None:
+            entry = self.book.entries.get(uid)
+            if entry is not None and entry.holding is not Holding.UNCONFIRMED:
                 entry.holding = Holding.ASSUMED
 
-    def expire(self) -> list[Expired]:
-        """Release assumed (annotated, unbound) reservations older than the TTL."""
-        now = self._clock()
-        out: list[Expired] = []
+    def to_settle(self) -> list[Settle]:
+        """Reservations the leader settles against the API server: assumed ones past the TTL and
+        ones whose record write got no clear answer."""
         with self.lock:
-            for uid, entry in list(self._entries.items()):
-                if entry.holding is Holding.ASSUMED and now - entry.assumed_at > self.settings.assume_ttl_s:
-                    self._release(uid)
-                    self._expired[uid] = entry.assumed_at
-                    out.append(Expired(entry.namespace, entry.name, uid, entry.node))
-        return out
+            out = []
+            for uid in self.book.expired(self._clock(), self.settings.assume_ttl_s):
+                e = self.book.entries[uid]
+                out.append(Settle(e.namespace, e.name, uid, e.node, e.record, e.holding, e.precondition))
+            return out
+
+    def expired(self, uid: PodUid) -> bool:
+        """Whether an assumed reservation is past its TTL now."""
+        with self.lock:
+            entry = self.book.entries.get(uid)
+            return entry is not None and entry.holding is Holding.ASSUMED and self._clock() - entry.assumed_at > self.settings.assume_ttl_s
+
+    # --- conflicts --------------------------------------------------------------------------------
+    def take_conflict_notices(self) -> list[ConflictNotice]:
+        with self.lock:
+            return self.book.take_notices()
+
+    def conflict_counts(self) -> dict[ConflictReason, int]:
+        with self.lock:
+            return self.book.conflict_counts()
 
     # --- introspection (metrics, tests) ---------------------------------------------------------
     def holding(self, uid: str) -> Holding | None:
         with self.lock:
-            entry = self._entries.get(PodUid(uid))
+            entry = self.book.entries.get(PodUid(uid))
             return entry.holding if entry is not None else None
 
     def summary(self) -> tuple[int, int, int, float]:
         """(nodes, pods holding capacity, GPUs, allocated GPUs)."""
         with self.lock:
             usage = self.cluster.usage()
-            return len(self.cluster.nodes), len(self._entries), usage.gpus, usage.allocated_milli / MILLI_PER_GPU
+            return len(self.cluster.nodes), len(self.book.entries), usage.gpus, usage.allocated_milli / MILLI_PER_GPU
+
+    def counted_usage(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(node, GPU index) -> (milli, MiB) the extender counts, summed from its records."""
+        with self.lock:
+            return self.book.counted_usage()
 
     def refresh_metrics(self, metrics: ExtenderMetrics) -> None:
         nodes, pods, gpus, allocated = self.summary()
@@ -420,23 +368,11 @@ class SchedulerState:
         metrics.pods.set(pods)
         metrics.gpus.set(gpus)
         metrics.allocated_gpu.set(allocated)
+        for reason, count in self.conflict_counts().items():
+            metrics.record_conflicts.labels(reason.value).set(count)
         with self.lock:
             metrics.mix_epoch.set(self.cluster.policy().epoch)
             metrics.set_pools(self._pool_usage.figures(self.cluster))
-
-
-def _same_reservation(expired_at: float | None, assumed_at: str) -> bool:
-    """Whether an allocation record is the one whose reservation expired at `expired_at`.
-
-    The cache keeps the bind's clock reading and the record carries the time written a moment
-    later, so they differ by the bind's duration; a new bind of the same pod comes at least one
-    TTL later."""
-    if expired_at is None:
-        return False
-    try:
-        return abs(parse_rfc3339(assumed_at) - expired_at) < 1.0
-    except ValueError:
-        return False
 
 
 def _inventory(node: NodeState) -> tuple[object, ...]:

@@ -35,11 +35,22 @@ class SyncSettings:
 
 
 class ClusterSync:
-    def __init__(self, api: KubeApi, state: SchedulerState, binder: Binder, settings: SyncSettings | None = None) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        state: SchedulerState,
+        binder: Binder,
+        settings: SyncSettings | None = None,
+        *,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`leading()`: whether this replica settles reservations and reports conflicts (the
+        leader); a standby only follows the watch."""
         self._api = api
         self._state = state
         self._binder = binder
         self._settings = settings or SyncSettings()
+        self._leading = leading
         self._stop = threading.Event()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -75,7 +86,7 @@ class ClusterSync:
         self._informer(
             self._api.list_nodes_and_version,
             self._api.watch_nodes,
-            self._state.replace_nodes,
+            lambda nodes, _listed_at: self._state.replace_nodes(nodes),
             self._node_event,
             self.nodes_synced,
         )
@@ -107,7 +118,7 @@ class ClusterSync:
         self,
         list_fn: Callable[[], tuple[list[KubeObject], str]],
         watch_fn: Callable[..., Iterator[WatchEvent]],
-        replace: Callable[[list[KubeObject]], None],
+        replace: Callable[[list[KubeObject], float], None],
         handle: Callable[[WatchEvent], None],
         synced: threading.Event,
     ) -> None:
@@ -115,8 +126,9 @@ class ClusterSync:
         while not self._stop.is_set():
             try:
                 if version is None:
+                    listed_at = self._state.monotonic()
                     items, version = list_fn()
-                    replace(items)
+                    replace(items, listed_at)
                     synced.set()
                 received = 0
                 for event in watch_fn(resource_version=version, stop_after_s=self._settings.watch_timeout_s):
@@ -142,8 +154,21 @@ class ClusterSync:
             self.sweep()
 
     def sweep(self) -> int:
-        """One TTL sweep; returns how many reservations expired."""
-        expired = self._state.expire()
-        for item in expired:
-            self._binder.strip_expired(item)
-        return len(expired)
+        """One sweep of the leader: settle assumed reservations past the TTL and unconfirmed
+        writes against the API server, and post an Event for each record newly in conflict.
+        A standby only drops the conflict notices (it logged them). Returns how many
+        reservations it looked at."""
+        if not self._leading():
+            self._state.take_conflict_notices()
+            return 0
+        items = self._state.to_settle()
+        for item in items:
+            self._binder.settle(item)
+        self._binder.report_conflicts()
+        return len(items)
+
+    def relist_pods(self) -> None:
+        """A fresh list of pods, applied as the truth (a new leader, before it binds)."""
+        listed_at = self._state.monotonic()
+        items, _ = self._api.list_pods_and_version()
+        self._state.replace_pods(items, listed_at)

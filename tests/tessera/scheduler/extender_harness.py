@@ -17,7 +17,7 @@ from kube_scheduler_emulator import ExtenderClient, ExtenderEntry, KubeScheduler
 
 from tessera.alloc import PlacementPolicy
 from tessera.model.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_GPU_PLACEMENT, LABEL_POOL_KIND, NodeGpu
-from tessera.kube.api import KubeObject
+from tessera.kube.api import KubeApi, KubeObject
 from tessera.kube.fake import FakeKubeApi
 from tessera.manifests.scheduler import scheduler_configuration
 from tessera.manifests.scheduler_doc import default_settings
@@ -88,6 +88,8 @@ class Harness:
     clock: Callable[[], float] = time.time
     ttl_s: float = 300.0
     pools_file: Path | None = None
+    # the API the extender talks to (default: `api` itself); e.g. a real client of a loopback server over `api`
+    service_api: Callable[[], KubeApi] | None = None
     services: list[ExtenderService] = field(default_factory=list)
     clients: list[ExtenderClient] = field(default_factory=list)
 
@@ -99,7 +101,7 @@ class Harness:
             sync=SyncSettings(watch_timeout_s=0.5, retry_backoff_s=0.1, janitor_interval_s=3600),
             pools_file=self.pools_file,
         )
-        service = ExtenderService(self.api, config, clock=self.clock)
+        service = ExtenderService(self.service_api() if self.service_api is not None else self.api, config, clock=self.clock)
         assert service.start(wait_ready_s=10), "extender cache did not sync"
         self.services.append(service)
         return service

@@ -357,6 +357,24 @@ class KubeSchedulerEmulator:
 
     # --- one scheduling cycle --------------------------------------------------------------------
     def schedule(self, namespace: str, name: str) -> Attempt:
+        pod, attempt, chosen = self.cycle(namespace, name)
+        if chosen is None:
+            return attempt
+        return self.finish(pod, attempt, chosen)
+
+    def finish(self, pod: KubeObject, attempt: Attempt, chosen: str) -> Attempt:
+        """The binding cycle of a pod its scheduling cycle placed on `chosen` (kube-scheduler runs
+        it in a goroutine of its own while the next pod's scheduling cycle goes on)."""
+        error = self.bind(pod, chosen)
+        if error:
+            attempt.error = error
+        else:
+            attempt.node = chosen
+            self.nominated.pop(pod["metadata"]["uid"], None)
+        return attempt
+
+    def cycle(self, namespace: str, name: str) -> tuple[KubeObject, Attempt, str | None]:
+        """The scheduling cycle: filter, preempt or prioritize; the node chosen, or None."""
         pod = self.api.get_pod(namespace, name)
         uid = pod["metadata"]["uid"]
         attempt = Attempt()
@@ -371,7 +389,7 @@ class KubeSchedulerEmulator:
                 feasible = self._find_feasible(pod, nodes, statuses)
         except ExtenderError as exc:
             attempt.error = str(exc)
-            return attempt
+            return pod, attempt, None
         attempt.feasible = [n["metadata"]["name"] for n in feasible]
         attempt.failed = {n: "; ".join(s.reasons) for n, s in statuses.items() if s.code == UNSCHEDULABLE}
         attempt.unresolvable = {n: "; ".join(s.reasons) for n, s in statuses.items() if s.code == UNRESOLVABLE}
@@ -381,15 +399,9 @@ class KubeSchedulerEmulator:
                 attempt.error = attempt.preemption.error
             if attempt.preemption.nominated:
                 self.nominated[uid] = attempt.preemption.nominated
-            return attempt
+            return pod, attempt, None
         chosen = attempt.feasible[0] if len(feasible) == 1 else self._select_host(pod, feasible, attempt)
-        error = self.bind(pod, chosen)
-        if error:
-            attempt.error = error
-        else:
-            attempt.node = chosen
-            self.nominated.pop(uid, None)
-        return attempt
+        return pod, attempt, chosen
 
     def _select_host(self, pod: KubeObject, feasible: list[KubeObject], attempt: Attempt) -> str:
         ext = self.extender
