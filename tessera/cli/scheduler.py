@@ -5,14 +5,27 @@ import argparse
 import functools
 import logging
 import os
+import socket
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_PORT
+from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_LEASE, EXTENDER_PORT, TESSERA_NAMESPACE
+from tessera.model.leader_election import (
+    DEFAULT_LEASE_DURATION_S,
+    DEFAULT_RENEW_DEADLINE_S,
+    DEFAULT_RETRY_PERIOD_S,
+    LeaderElectionTiming,
+    format_go_duration,
+    parse_go_duration,
+)
 from tessera.httpd.stopsignal import install_stop_handler
+
+if TYPE_CHECKING:
+    from tessera.scheduler.leader import LeaderElectionSettings
 
 
 # What `serve` answers: kube-scheduler's extender verbs (POST, JSON) and the probes (GET).
@@ -86,8 +99,85 @@ def register(sub: Any) -> None:
         metavar="SECONDS",
         help="longest /preempt may think, all candidate nodes together; keep it under kube-scheduler's httpTimeout (default 2)",
     )
+    election = serve.add_argument_group(
+        "leader election",
+        "Replicas elect a leader through a coordination.k8s.io/v1 Lease, with kube-scheduler's flags: only the "
+        "leader binds; the others keep their caches warm from the watch and pass every request to it.",
+    )
+    election.add_argument(
+        "--leader-elect",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="BOOL",
+        help="take part in leader election (default true, as kube-scheduler; false with --simulate, which cannot use it)",
+    )
+    for flag, default, what in (
+        ("lease-duration", DEFAULT_LEASE_DURATION_S, "a standby takes over a lease not renewed for this long"),
+        ("renew-deadline", DEFAULT_RENEW_DEADLINE_S, "the leader stops binding when it could not renew for this long"),
+        ("retry-period", DEFAULT_RETRY_PERIOD_S, "how often the leader renews and standbys look at the lease"),
+    ):
+        election.add_argument(
+            f"--leader-elect-{flag}", type=_duration, default=default, metavar="DURATION",
+            help=f"{what} (Go duration; default {format_go_duration(default)})",
+        )
+    election.add_argument("--leader-elect-resource-name", default=EXTENDER_LEASE, metavar="NAME", help=f"the Lease's name (default {EXTENDER_LEASE})")
+    election.add_argument(
+        "--leader-elect-resource-namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help=f"the Lease's namespace (default $POD_NAMESPACE, else {TESSERA_NAMESPACE})",
+    )
+    election.add_argument(
+        "--advertise-address",
+        default=None,
+        metavar="ADDRESS",
+        help="the address other replicas pass requests to while this one leads (default $POD_IP; in a pod, "
+        "the Deployment sets it from status.podIP)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(handler=_serve)
+
+
+def _boolean(text: str) -> bool:
+    """Go's strconv.ParseBool, which kube-scheduler's boolean flags take (`--leader-elect=false`)."""
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}: use true or false")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _election(args: argparse.Namespace) -> LeaderElectionSettings | None | str:
+    """The leader-election settings the flags ask for, None when off, or an error message."""
+    from tessera.scheduler.leader import LeaderElectionSettings
+
+    enabled = args.leader_elect if args.leader_elect is not None else not args.simulate
+    if not enabled:
+        return None
+    if args.simulate:
+        return "--leader-elect needs a Kubernetes API server; --simulate serves an in-memory cluster alone"
+    timing = LeaderElectionTiming(args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period)
+    problems = timing.problems()
+    if problems:
+        flag = {"leaseDuration": "lease-duration", "renewDeadline": "renew-deadline", "retryPeriod": "retry-period"}
+        return "; ".join(f"--leader-elect-{flag[name]}: {message}" for name, message in problems)
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+    return LeaderElectionSettings(
+        namespace=args.leader_elect_resource_namespace or os.environ.get("POD_NAMESPACE") or TESSERA_NAMESPACE,
+        identity=identity,
+        advertise_host=args.advertise_address or os.environ.get("POD_IP") or None,
+        name=args.leader_elect_resource_name,
+        timing=timing,
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -121,6 +211,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     host = args.bind_address or ("127.0.0.1" if args.simulate else "0.0.0.0")
     simulate = args.simulate is not None
+    election = _election(args)
+    if isinstance(election, str):
+        print(f"error: {election}", file=sys.stderr)
+        return 2
+    if election is not None and election.advertise_host is None:
+        print("warning: no --advertise-address (or $POD_IP): while this replica leads, the others cannot pass requests to it", file=sys.stderr)
     api: KubeApi
     pod_sink = None
     prepare: Callable[[Any], None] | None = None
@@ -157,6 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
         state=StateSettings(track_host_resources=simulate, assume_ttl_s=args.assume_ttl),
         pools_file=Path(args.pools_file) if args.pools_file else None,
         preempt=PreemptSettings(time_budget_s=args.preempt_budget),
+        leader_election=election,
     )
     try:
         service = ExtenderService(api, config, pod_sink=pod_sink)
@@ -178,7 +275,8 @@ def _serve(args: argparse.Namespace) -> int:
     freeze_survivors()
     nodes, _, gpus, _ = service.state.summary()
     mode = f"simulated cluster from {args.simulate}" if simulate else "Kubernetes API"
-    print(f"tessera extender on {service.url} ({mode}: {nodes} nodes, {gpus} GPUs; policy {policy.value})", flush=True)
+    role = f"; leader election on lease {election.namespace}/{election.name} as {election.identity}" if election is not None else ""
+    print(f"tessera extender on {service.url} ({mode}: {nodes} nodes, {gpus} GPUs; policy {policy.value}{role})", flush=True)
     stop = threading.Event()
     install_stop_handler(stop)
     while not stop.wait(1.0):

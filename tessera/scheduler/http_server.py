@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 VERBS: Final = ("filter", "prioritize", "bind", "preempt")
 _HEALTH: Final = ("healthz", "readyz", "livez")
 _UNKNOWN_FIELD_NOTES: Final = 64  # distinct (verb, field) pairs logged; a bound, since clients pick the names
+_NOTE_CHARS: Final = 100  # of a field name, kept and logged: 64 notes stay under 20 KiB whatever names a body carries
 _Args = TypeVar("_Args")
 
 
@@ -66,11 +67,31 @@ class ServerSettings:
         return HttpLimits.of(self)
 
 
+ELAPSED_HEADER: Final = "X-Tessera-Elapsed-Seconds"
+_MAX_ELAPSED_S: Final = 60.0
+
+
+def spent_before(request: Request) -> float:
+    """Seconds a forwarding standby spent on the request before passing it on; 0 when absent or
+    not a number in 0..60 (a client can only shorten its own budget with it)."""
+    text = request.headers.get(ELAPSED_HEADER)
+    try:
+        value = float(text) if text is not None else 0.0
+    except ValueError:
+        return 0.0
+    return value if 0.0 <= value <= _MAX_ELAPSED_S else 0.0
+
+
+class VerbRouter(Protocol):
+    def route(self, verb: str, local: Endpoint) -> Endpoint: ...
+
+
 class ExtenderCore(Protocol):
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult: ...
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]: ...
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult: ...
-    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult: ...
+    def preempt(self, args: ExtenderPreemptionArgs, deadline: float | None = None) -> ExtenderPreemptionResult: ...
+    def preempt_deadline(self, received_at: float) -> float: ...
     def health(self) -> tuple[bool, str]: ...
     def refresh_metrics(self, metrics: ExtenderMetrics) -> None: ...
 
@@ -87,7 +108,11 @@ POST_VERBS: Final = ("filter", "prioritize", "bind", "preempt")
 class ExtenderHttpServer:
     """A running extender endpoint; `port` is the bound port (useful with port 0 in tests)."""
 
-    def __init__(self, core: ExtenderCore, settings: ServerSettings, metrics: ExtenderMetrics | None = None) -> None:
+    def __init__(
+        self, core: ExtenderCore, settings: ServerSettings, metrics: ExtenderMetrics | None = None, *, router: VerbRouter | None = None
+    ) -> None:
+        """`router`: decides per request whether this replica answers a verb or passes it to the
+        leader (`tessera.scheduler.routing`); None: this process answers everything."""
         self.metrics = metrics or ExtenderMetrics()
         self._core = core
         self._noted: set[tuple[str, str]] = set()
@@ -96,8 +121,13 @@ class ExtenderHttpServer:
             "filter": self._verb("filter", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: core.filter(a).to_json_bytes()),
             "prioritize": self._verb("prioritize", ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: host_priorities_json(core.prioritize(a))),
             "bind": self._verb("bind", ExtenderBindingArgs.from_json, ExtenderBindingArgs.FIELDS, lambda a: core.bind(a).to_json()),
-            "preempt": self._verb("preempt", ExtenderPreemptionArgs.from_json, ExtenderPreemptionArgs.FIELDS, lambda a: core.preempt(a).to_json()),
+            # the budget runs from the request's first byte: decoding and the search share it
+            "preempt": self._timed_verb(
+                "preempt", ExtenderPreemptionArgs.from_json, ExtenderPreemptionArgs.FIELDS, lambda a, d: core.preempt(a, d).to_json(), core.preempt_deadline
+            ),
         }
+        if router is not None:
+            post = {verb: router.route(verb, endpoint) for verb, endpoint in post.items()}
         self._endpoints: dict[str, Mapping[str, Endpoint]] = {
             **{verb: {"POST": post[verb]} for verb in POST_VERBS},
             "metrics": {"GET": self._metrics},
@@ -135,15 +165,33 @@ class ExtenderHttpServer:
 
         return endpoint
 
+    def _timed_verb(
+        self,
+        verb: str,
+        decode: Callable[[Any, float], _Args],
+        fields: tuple[str, ...],
+        call: Callable[[_Args, float], Any],
+        deadline_of: Callable[[float], float],
+    ) -> Endpoint:
+        """`_verb` for a verb with a time budget: `deadline_of(request.received_at)` goes to the
+        decoding and to the call. A request a standby passed on carries the time it already spent
+        (`ELAPSED_HEADER`), which comes off the budget here."""
+        def endpoint(request: Request) -> Response:
+            deadline = deadline_of(request.received_at - spent_before(request))
+            return self._verb(verb, lambda body: decode(body, deadline), fields, lambda args: call(args, deadline))(request)
+
+        return endpoint
+
     def _note_unknown(self, verb: str, names: list[str]) -> None:
         """Fields we do not know are ignored (a newer kube-scheduler may add some); say so once
         per field, so an operator can tell when the extender should learn one."""
         for name in names:
+            name = name[:_NOTE_CHARS]
             with self._noted_lock:
                 if (verb, name) in self._noted or len(self._noted) >= _UNKNOWN_FIELD_NOTES:
                     continue
                 self._noted.add((verb, name))
-            log.info("%s: ignoring field %r that this extender does not know (kube-scheduler newer than Tessera?)", verb, name[:100])
+            log.info("%s: ignoring field %r that this extender does not know (kube-scheduler newer than Tessera?)", verb, name)
 
     def _health(self, request: Request) -> Response:
         ok, message = self._core.health()

@@ -175,3 +175,34 @@ def test_simulated_fill_serves_a_loaded_cluster(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+LEADER_ELECTION_ERRORS = [
+    (["--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=3s"], "--leader-elect-lease-duration: must be longer than renewDeadline (3s <= 3s)"),
+    (["--leader-elect-renew-deadline=1s", "--leader-elect-retry-period=1s"], "--leader-elect-renew-deadline: must be longer than 1.2 x retryPeriod"),
+    (["--leader-elect-lease-duration=4500ms"], "--leader-elect-lease-duration: must be a whole number of seconds"),
+    (["--leader-elect-retry-period=fast"], "argument --leader-elect-retry-period: invalid duration 'fast'"),
+    (["--leader-elect=maybe"], "argument --leader-elect: invalid boolean 'maybe': use true or false"),
+]
+
+
+@pytest.mark.parametrize(("flags", "message"), LEADER_ELECTION_ERRORS, ids=[m.split(":")[0] + f" {i}" for i, (_, m) in enumerate(LEADER_ELECTION_ERRORS)])
+def test_bad_leader_election_flags_are_refused_with_the_flag_named(tmp_path: Path, flags: list[str], message: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    result = subprocess.run(
+        _tessera("scheduler", "serve", "--kubeconfig", str(kubeconfig), "--port", "0", *flags), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_leader_election_cannot_serve_a_simulated_cluster(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES_CSV)
+    result = subprocess.run(
+        _tessera("scheduler", "serve", "--simulate", str(nodes), "--leader-elect", "--port", "0"), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert "error: --leader-elect needs a Kubernetes API server; --simulate serves an in-memory cluster alone" in result.stderr

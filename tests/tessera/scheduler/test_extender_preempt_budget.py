@@ -151,3 +151,16 @@ def test_a_body_still_being_decoded_at_the_deadline_is_answered_with_no_node(har
     args = ExtenderPreemptionArgs.from_json(_body(cluster, 100_000), deadline=time.monotonic() - 1.0)
     assert args.budget_spent and args.victims == {}
     assert cluster.service.extender.preempt(args).to_json() == {"NodeNameToMetaVictims": {}}
+
+
+@pytest.mark.parametrize(("spent_s", "victims"), [(None, True), ("0.001", True), ("1.5", False), ("not a number", True), ("-5", True)])
+def test_a_forwarded_preempt_has_less_budget_left(harness: Harness, spent_s: str | None, victims: bool) -> None:
+    """A standby passing /preempt on says how long it already took (`X-Tessera-Elapsed-Seconds`):
+    the leader's budget is what is left of kube-scheduler's, not a fresh one. A value that is not a
+    number of seconds in 0..60 is ignored."""
+    cluster = _cluster(harness, nodes=1, budget_s=1.0)
+    client = harness.client(cluster.service)
+    headers = {"X-Tessera-Elapsed-Seconds": spent_s} if spent_s is not None else {}
+    status, raw = client.post_raw("/preempt", json.dumps(_body(cluster, per_node=0)).encode(), headers)
+    assert status == 200
+    assert bool(json.loads(raw)["NodeNameToMetaVictims"]) is victims
