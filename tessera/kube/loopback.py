@@ -204,6 +204,15 @@ class LoopbackApiServer:
         if isinstance(outcome, WatchPlan):
             self._stream(exchange, request, outcome, fault)
             return
+        if not self._applied(exchange, request, fault):
+            return
+        if isinstance(fault, CommitThenFail):
+            outcome = self._commit_failure(fault, request, body)
+        self._answer(exchange, request, fault, outcome)
+
+    def _applied(self, exchange: _Exchange, request: RequestKey, fault: Fault | None) -> bool:
+        """The request took effect: log it, hold it there for a pause, or close the connection
+        for DropAfter (then False: nothing more is sent)."""
         if fault is not None:
             self.faults.record(request, fault, "applied")
         if isinstance(fault, Pause) and fault.at == "applied":
@@ -211,10 +220,8 @@ class LoopbackApiServer:
         if isinstance(fault, DropAfter):
             self.faults.record(request, fault, "dropped")
             exchange.drop()
-            return
-        if isinstance(fault, CommitThenFail):
-            outcome = self._commit_failure(fault, request, body)
-        self._answer(exchange, request, fault, outcome)
+            return False
+        return True
 
     def _hold(self, request: RequestKey, pause: Pause) -> None:
         self.faults.record(request, pause, "blocked", pause.at)
@@ -257,13 +264,7 @@ class LoopbackApiServer:
             self._answer(exchange, request, fault, self._refusal(Refuse(fault.status), request, None))
             return
         exchange.start_stream()
-        if fault is not None:
-            self.faults.record(request, fault, "applied")
-        if isinstance(fault, Pause) and fault.at == "applied":
-            self._hold(request, fault)
-        if isinstance(fault, DropAfter):
-            self.faults.record(request, fault, "dropped")
-            exchange.drop()
+        if not self._applied(exchange, request, fault):
             return
         sent = 0
         version = int(plan.resource_version or 0)

@@ -53,6 +53,14 @@ class Replicas:
         self.clients.append(client)
         return KubeSchedulerEmulator(client, self.api, entry)
 
+    def pair(self) -> tuple[ExtenderService, ExtenderService]:
+        """Two replicas, once one of them leads: (leader, standby)."""
+        first, second = self.start(), self.start()
+        assert wait_until(lambda: self.leader() is not None, 10)
+        leader = self.leader()
+        assert leader is not None
+        return leader, second if leader is first else first
+
     def leader(self) -> ExtenderService | None:
         leading = [s for s in self.services if s.elector is not None and s.elector.is_leader()]
         assert len(leading) <= 1, "two replicas lead at once"
@@ -79,10 +87,7 @@ def _cluster(api: FakeKubeApi, nodes: int = 2) -> None:
 
 def test_one_replica_leads_and_a_standby_passes_every_verb_to_it(replicas: Replicas) -> None:
     _cluster(replicas.api)
-    first, second = replicas.start(), replicas.start()
-    assert wait_until(lambda: replicas.leader() is not None, 10)
-    leader = replicas.leader()
-    standby = second if leader is first else first
+    leader, standby = replicas.pair()
     lease = replicas.api.get_lease("tessera-system", "tessera-extender")
     assert lease["spec"]["holderIdentity"] == leader.config.leader_election.identity  # type: ignore[union-attr]
     # kube-scheduler reaches the standby (the Service balances): its pods are still bound, once each
@@ -97,16 +102,12 @@ def test_one_replica_leads_and_a_standby_passes_every_verb_to_it(replicas: Repli
     assert 'tessera_extender_forwarded_requests_total{result="ok",verb="bind"} 4.0' in text
     assert "tessera_extender_leader 0.0" in text
     # the standby's cache follows the leader's records from the watch
-    assert wait_until(lambda: standby.state.counted_usage() == leader.state.counted_usage())  # type: ignore[union-attr]
+    assert wait_until(lambda: standby.state.counted_usage() == leader.state.counted_usage())
 
 
 def test_planned_handover_loses_no_bind(replicas: Replicas) -> None:
     _cluster(replicas.api, nodes=4)
-    first, second = replicas.start(), replicas.start()
-    assert wait_until(lambda: replicas.leader() is not None, 10)
-    leader = replicas.leader()
-    assert leader is not None
-    standby = second if leader is first else first
+    leader, standby = replicas.pair()
     scheduler = replicas.scheduler(standby)
     errors: list[str] = []
     done = threading.Event()
@@ -135,11 +136,7 @@ def test_planned_handover_loses_no_bind(replicas: Replicas) -> None:
 
 def test_a_crashed_leader_is_replaced_once_its_lease_runs_out(replicas: Replicas) -> None:
     _cluster(replicas.api)
-    first, second = replicas.start(), replicas.start()
-    assert wait_until(lambda: replicas.leader() is not None, 10)
-    leader = replicas.leader()
-    assert leader is not None
-    standby = second if leader is first else first
+    leader, standby = replicas.pair()
     scheduler = replicas.scheduler(standby)
     replicas.api.create_pod(pod_manifest("before", ("main", 100, None)))
     assert scheduler.schedule("default", "before").node is not None
