@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tessera.alloc.assign import host_fit, usable
 from tessera.alloc.evaluation_cache import EvaluationCache
+from tessera.alloc.eviction import EvictionTrial, SetAside
 from tessera.alloc.frag_policy import FgdPolicy, FragmentationAwarePolicy
 from tessera.alloc.model import (
     MILLI_PER_CORE,
@@ -215,6 +216,36 @@ class Cluster:
                 self._apply(node, request, placement, +1)
                 self._pods[uid] = (request, placement)
 
+    def eviction_trial(self, pod: PodRequest, node_name: str) -> EvictionTrial:
+        """`evaluate_without` for a run of victim sets on one node that differ a few pods at a
+        time (`EvictionTrial`); the caller holds whatever lock serialises the cluster until the
+        trial is closed."""
+        return EvictionTrial(self, pod, node_name)
+
+    def set_aside(self, node_name: str, evict: Iterable[PodUid], put_back: Iterable[SetAside] = ()) -> list[SetAside]:
+        """Take the pods `evict` that are held on `node_name` off it, and put back pods an
+        earlier call took off, exactly as they were (no re-check), deriving the node's new
+        version once for all of them; returns what was taken off. What `put_back` gets must
+        come from this node's calls, with nothing else changing the node in between: the seam
+        of `EvictionTrial`, whose fit checks each differ from the last by a pod or a few."""
+        node = self.nodes[node_name]
+        taken: list[SetAside] = []
+        for uid in evict:
+            held = self._pods.get(uid)
+            if held is None or held[1].node != node_name:
+                continue
+            del self._pods[uid]
+            self._account(node, held[0], held[1], -1)
+            taken.append((uid, held[0], held[1]))
+        restored = False
+        for uid, request, placement in put_back:
+            self._account(node, request, placement, +1)
+            self._pods[uid] = (request, placement)
+            restored = True
+        if taken or restored:
+            self._changed(node)
+        return taken
+
     def check_fit(self, pod: PodRequest, node_name: str) -> FitFailure | None:
         """None when the pod fits on the node, else why not (for the extender's FailedNodes)."""
         result = self.evaluate(pod, node_name)
@@ -351,6 +382,12 @@ class Cluster:
         return placement
 
     def _apply(self, node: NodeState, pod: PodRequest, placement: Placement, sign: int) -> None:
+        self._account(node, pod, placement, sign)
+        self._changed(node)
+
+    def _account(self, node: NodeState, pod: PodRequest, placement: Placement, sign: int) -> None:
+        """Add (`sign` +1) or take off (-1) what the placement uses; the caller then derives
+        the node's new version (`_changed`)."""
         by_index = {g.index: g for g in node.gpus}
         offline = pod.app_class == "offline"
         for cp in placement.containers:
@@ -366,7 +403,6 @@ class Cluster:
                     gpu.offline_milli += sign * grant.milli
         node.used_cpu_milli += sign * pod.cpu_milli
         node.used_memory_mib += sign * pod.memory_mib
-        self._changed(node)
 
     def allocated(self) -> Mapping[PodUid, Placement]:
         return {uid: placement for uid, (_, placement) in self._pods.items()}

@@ -21,6 +21,11 @@ Tessera's fragmentation-aware policy differs where it measurably helps (docs/sch
   them will be short of (`ModelPressure`), and keeps a model whole once its free compute nears
   a few times what those pods will take;
 - the mix is learned online (`WorkloadMix`), in the simulator as in the extender.
+
+What a policy remembers is bounded in bytes (`FragMemoBudget`): the `_evaluate` results per node
+version (`frag_simple.NodeVectors`), the fragmentation measure's memo, the interned memo keys
+(`interning.IdTable`); the interned score keys are at most `_KEY_LIMIT` tuples of at most four
+floats (`SCORE_KEY_BYTES` each).
 """
 from __future__ import annotations
 
@@ -29,15 +34,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from itertools import repeat
 from operator import itemgetter
-from typing import cast
+from typing import Final, cast
 
 import numpy as np
 
 from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
 from tessera.alloc import frag_simple as fs
 from tessera.alloc.frag_batch import Raw, sigmoid_score, sigmoid_scores
-from tessera.alloc.frag_simple import NodeVector, SimpleBatch
-from tessera.alloc.frag_settings import FragAwareSettings
+from tessera.alloc.frag_simple import NodeVector, NodeVectors, SimpleBatch, memo_result_bytes
+from tessera.alloc.frag_settings import FragAwareSettings, FragMemoBudget
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
 from tessera.alloc.interning import IdTable
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
@@ -54,12 +59,15 @@ def _free(slots: Sequence[Slot]) -> list[GpuFree]:
 _Raw = Raw
 _Placed = tuple[float, Assignment, int]  # a `Raw` that is not a failure
 _INCREASE, _CHOICE = itemgetter(0), itemgetter(1)
-_FAMILY_LIMIT = 1024  # memoised results per node version (pod families x CPU/RAM buckets)
 # nodes to evaluate at once before the vectorised path pays for its numpy set-up (~0.2 ms): a
 # whole-GPU pod's scalar evaluation of a node it has not seen is 100-200 us (the measure's memo
 # misses), so at 1,213 nodes the 10-20 fresh fits of a new whole-GPU shape cost 2-3 ms one by one
 _BATCH_MIN = 8
 _KEY_LIMIT = 65_536  # interned memo keys and score keys per policy before a reset
+SCORE_KEY_BYTES: Final = 260
+"""Estimated bytes of one interned score key: a tuple of at most four floats and its slot in
+`_keys` (key and value are the same tuple), so `_KEY_LIMIT` keys hold at most ~16 MiB.
+Measured with tracemalloc: 208 bytes per key of four new floats in a full table."""
 
 
 class _FragPolicyBase(ABC):
@@ -69,34 +77,47 @@ class _FragPolicyBase(ABC):
     faithful: bool
     weighting: str = "pods"
 
-    def __init__(self, snapshot: MixSnapshot) -> None:
+    def __init__(self, snapshot: MixSnapshot, budget: FragMemoBudget = FragMemoBudget()) -> None:
         self.snapshot = snapshot
-        self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
+        self.budget = budget
+        self._measure = self._new_measure(snapshot)
         self._host = HostDemand.of(snapshot)
-        self._vectors: dict[str, NodeVector] = {}
+        self._vectors = NodeVectors(budget.results)
         # Interned, so that the memos and caches (one entry per node and shape) hold shared
         # objects or ints: each new tracked object is one more for the cyclic collector to walk.
-        self._memo_keys = IdTable(_KEY_LIMIT)
+        self._memo_keys = IdTable(_KEY_LIMIT, budget.memo_keys)
         self._keys: dict[tuple[float, ...], tuple[float, ...]] = {}
 
     @property
     def epoch(self) -> int:
         return self._measure.epoch
 
+    def estimated_bytes(self) -> dict[str, int]:
+        """Per bounded memo, what it holds now by the estimate its budget is kept with."""
+        return {
+            "results": self._vectors.estimated_bytes,
+            "measure": self._measure.estimated_bytes,
+            "memo_keys": self._memo_keys.estimated_bytes,
+            "score_keys": SCORE_KEY_BYTES * len(self._keys),
+        }
+
+    def _new_measure(self, snapshot: MixSnapshot) -> FragmentationMeasure:
+        return FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting, max_bytes=self.budget.measure)
+
     def use_mix(self, snapshot: MixSnapshot) -> None:
         """Switch to a new mix snapshot (no-op when it is the one in use)."""
         if snapshot.epoch != self._measure.epoch:
             self.snapshot = snapshot
-            self._measure = FragmentationMeasure(snapshot, faithful=self.faithful, weighting=self.weighting)
+            self._measure = self._new_measure(snapshot)
             self._host = HostDemand.of(snapshot)
 
     def node_changed(self, node: NodeState) -> None:
         """The cluster added or changed `node`: its vector is built now, while the node is warm in
         the CPU cache and no request waits (`EvaluationCache.prepare` says why)."""
-        self._vectors[node.name] = NodeVector(node)
+        self._vectors.changed(node)
 
     def node_removed(self, name: str) -> None:
-        self._vectors.pop(name, None)
+        self._vectors.removed(name)
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         """`_finish` of `_evaluate`. The costly part, `_evaluate`, is memoised per node version on
@@ -104,12 +125,11 @@ class _FragPolicyBase(ABC):
         `host_fit` and the measure's buckets. So pods that differ only in CPU or RAM (most of a
         trace's shapes) mostly share it; `_finish` (a few float operations) reads them exactly."""
         vector, key = self._memo(node, pod, self._pod_key(pod))
-        results = vector.memo
-        result = results.get(key)
+        result = vector.memo.get(key)
         if result is None:
-            if len(results) >= _FAMILY_LIMIT:
-                results.clear()
-            result = results[key] = self._evaluate(node, pod)
+            self._vectors.reserve(vector, memo_result_bytes(pod))
+            result = vector.memo[key] = self._evaluate(node, pod)
+            self._vectors.settle()
         return self._finish(node, pod, result)
 
     def _pod_key(self, pod: PodRequest) -> int:
@@ -123,11 +143,10 @@ class _FragPolicyBase(ABC):
         epoch (`NodeVector.memo`), and the pod's key in it: `pod_key` (`_pod_key`) with whether
         the pod's CPU and RAM fit and the measure's buckets of what they leave, as one int (one
         measure epoch has one bucket count, and the memo is emptied when the epoch moves)."""
-        vector = self._vector(node)
+        vector = self._vectors.of(node)
         measure = self._measure
         if vector.memo_epoch != measure.epoch:
-            vector.memo = {}
-            vector.memo_epoch = measure.epoch
+            self._vectors.renew(vector, measure.epoch)
         free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
         cpu, memory = pod.cpu_milli, pod.memory_mib
         fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
@@ -150,7 +169,7 @@ class _FragPolicyBase(ABC):
         if len(nodes) < _BATCH_MIN:
             return [self.evaluate(node, pod) for node in nodes]
         measure = self._measure
-        vectors = fs.current_vectors(self._vectors, nodes, measure.epoch)
+        vectors = self._vectors.current(nodes, measure.epoch)
         host, gpus = fs.stack(vectors)
         cpu, memory = pod.cpu_milli, pod.memory_mib
         free_cpu, free_memory = host[:, fs.FREE_CPU], host[:, fs.FREE_MEMORY]
@@ -167,15 +186,17 @@ class _FragPolicyBase(ABC):
                 if not self.faithful:
                     simple &= host[:, fs.NO_PLACEMENT] == 1
             batch: list[int] = []
+            size = memo_result_bytes(pod)
+            reserve = self._vectors.reserve
             for i in missing:
-                if len(memos[i]) >= _FAMILY_LIMIT:
-                    memos[i].clear()
+                reserve(vectors[i], size)
                 if simple[i]:
                     batch.append(i)
                 else:
                     raws[i] = memos[i][keys[i]] = self._evaluate(nodes[i], pod)
             if batch:
                 SimpleBatch(measure, pod).run(batch, vectors, host, gpus, memos, keys, raws)
+            self._vectors.settle()
         return self._finish_many(nodes, pod, raws, host)  # type: ignore[arg-type]
 
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
@@ -195,10 +216,7 @@ class _FragPolicyBase(ABC):
 
     def _vector(self, node: NodeState) -> NodeVector:
         """The node's healthy GPUs as the simple path reads them, cached by version."""
-        vector = self._vectors.get(node.name)
-        if vector is None or vector.version != node.version:
-            vector = self._vectors[node.name] = NodeVector(node)
-        return vector
+        return self._vectors.of(node)
 
     def _host_increase(self, node: NodeState, pod: PodRequest) -> float:
         """How much GPU compute placing `pod` leaves unfed by the node's CPU and RAM."""
@@ -300,10 +318,10 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     name = PlacementPolicy.FRAGMENTATION_AWARE
     faithful = False
 
-    def __init__(self, snapshot: MixSnapshot, settings: FragAwareSettings | None = None) -> None:
+    def __init__(self, snapshot: MixSnapshot, settings: FragAwareSettings | None = None, budget: FragMemoBudget = FragMemoBudget()) -> None:
         self.settings = settings or FragAwareSettings()
         self.weighting = "multi" if self.settings.multi_gpu_weighting else "pods"
-        super().__init__(snapshot)
+        super().__init__(snapshot, budget)
         self._nodes: dict[str, NodeState] = {}
         self._reserve = self._reservations(snapshot)
         self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)

@@ -1,8 +1,11 @@
 """The fragmentation-aware policy's knobs (`FragAwareSettings`), each with the measurement that
-chose its default; the policy itself is `frag_policy.FragmentationAwarePolicy`."""
+chose its default, and the byte budgets of what the fragmentation policies remember
+(`FragMemoBudget`); the policies themselves are in `frag_policy`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tessera.alloc.fragmentation import MEASURE_BUDGET, MiB
 
 
 @dataclass(frozen=True)
@@ -99,3 +102,22 @@ class FragAwareSettings:
     beats an untouched one."""
     prefer_fewer_idle: bool = False
     """Default off (measured -0.2 to -0.3 %): when on, then the node left with fewer idle GPUs."""
+
+
+@dataclass(frozen=True)
+class FragMemoBudget:
+    """Byte budgets of what a fragmentation policy remembers (estimated as entries are added;
+    a memo past its budget starts again empty, and nothing but speed depends on what it holds).
+
+    results: default 32 MiB over all nodes together: `_evaluate` results per node version
+        (`frag_simple.NodeVectors`, at most 1,024 per node version), estimated by
+        `frag_simple.memo_result_bytes` (350 B for a share: ~96,000 results).
+    measure: default 64 MiB: the fragmentation measure's memo and compiled rows
+        (`fragmentation.MEMO_BYTES`, `ROWS_BYTES`): ~46,000 values of 8-GPU nodes.
+    memo_keys: default 16 MiB of interned memo keys (GPU containers, models and class of a pod,
+        `interning.approx_bytes` each; a request may name hundreds of GPU models).
+    """
+
+    results: int = 32 * MiB
+    measure: int = MEASURE_BUDGET
+    memo_keys: int = 16 * MiB

@@ -10,11 +10,15 @@ at 5,000 nodes a node's objects are cold in the CPU cache, and each attribute re
 in a Python loop was a measurable part of the tail (docs/benchmarks.md).
 
 Exact: every result equals the scalar path's, bit for bit (`tests/tessera/alloc/test_frag_batch.py`).
+
+Also here, `NodeVectors`: the policy's vector of each node and the byte bound of what their memos
+hold together.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import attrgetter
+from typing import Final
 
 import numpy as np
 
@@ -28,6 +32,28 @@ USABLE, FREE_CPU, FREE_MEMORY, IDLE_COUNT, FREE_TOTAL, GPU_COUNT, SIMPLE, NO_PLA
 HOST_COLUMNS = 8
 FREE, GPU_MEMORY, FIRST, INDEX, IDLE = range(5)
 GPU_ROWS = 5
+MEMO_LIMIT: Final = 1024  # results per node version (pod families x CPU/RAM buckets)
+
+MEMO_RESULT_BYTES: Final = 350
+"""Estimated bytes of one memoised result of a share or a pod without GPUs: the memo's slot and
+int key, the (increase, assignment, idle GPUs) tuple and its float; their assignment is a shared
+constant (`assign.one_gpu`, for GPU indices under 64: a node of more GPUs is outside this
+estimate by ~120 bytes per result of a share on its GPUs from the 65th on). Measured with tracemalloc over 100 and 1,000 loaded 8-GPU nodes:
+338 and 307 bytes per result where each memo holds one (its first costs the dict's table, and
+the policy's first evaluation of a node its other figures), 123-155 where they hold 10 to 50."""
+ASSIGNMENT_BYTES: Final = 50
+ASSIGNMENT_GPU_BYTES: Final = 8
+"""What any other pod's result holds besides (`memo_result_bytes`): a tuple per GPU container
+and one around them, `ASSIGNMENT_BYTES` each, and `ASSIGNMENT_GPU_BYTES` per GPU index.
+Measured: 402 bytes per result of a one-GPU whole pod, one result per memo (458 estimated)."""
+
+
+def memo_result_bytes(pod: PodRequest) -> int:
+    """The estimate of one memoised result for `pod` (`MEMO_RESULT_BYTES`, `ASSIGNMENT_BYTES`)."""
+    containers = pod.gpu_containers
+    if not containers or (len(containers) == 1 and not containers[0].whole):
+        return MEMO_RESULT_BYTES
+    return MEMO_RESULT_BYTES + ASSIGNMENT_BYTES * (len(containers) + 1) + ASSIGNMENT_GPU_BYTES * sum(c.gpu_count for c in containers)
 
 
 class NodeVector:
@@ -36,7 +62,7 @@ class NodeVector:
     __slots__ = (
         "version", "indices", "free", "free_milli", "free_memory", "free_total", "idle", "models", "idle_count", "offline",
         "before_epoch", "before", "distinct", "no_placement", "uncapped", "free_cpu", "free_host_memory", "memo", "memo_epoch", "first",
-        "packed",
+        "packed", "memo_bytes",
     )
 
     def __init__(self, node: NodeState) -> None:
@@ -48,6 +74,7 @@ class NodeVector:
         # valid under the measure epoch `memo_epoch`
         self.memo: dict[int, Raw] = {}
         self.memo_epoch = -1
+        self.memo_bytes = 0  # the estimate of `memo` (`NodeVectors`)
         self.indices = [g.index for g in healthy]
         self.free: list[GpuFree] = [(g.free_milli, g.free_memory_mib) for g in healthy]
         self.free_milli = [f for f, _ in self.free]
@@ -85,25 +112,90 @@ _NAME, _VERSION, _MEMO_EPOCH, _MEMO, _PACKED = (attrgetter(a) for a in ("name", 
 _MODELS, _BEFORE, _BEFORE_EPOCH = attrgetter("models"), attrgetter("before"), attrgetter("before_epoch")
 
 
-def current_vectors(vectors_of: dict[str, NodeVector], nodes: Sequence[NodeState], epoch: int) -> list[NodeVector]:
-    """Each node's vector for its current version (made where missing or stale), its memo made
-    current for the measure `epoch` (emptied when the epoch moved)."""
-    vectors = list(map(vectors_of.get, map(_NAME, nodes)))
-    try:
-        current = list(map(_VERSION, vectors)) == list(map(_VERSION, nodes))
-    except AttributeError:  # a node without a vector
-        current = False
-    if not current:
-        for i, (node, vector) in enumerate(zip(nodes, vectors)):
-            if vector is None or vector.version != node.version:
-                vectors[i] = vectors_of[node.name] = NodeVector(node)
-    found: list[NodeVector] = vectors  # type: ignore[assignment]  # none is None now
-    if list(map(_MEMO_EPOCH, found)).count(epoch) != len(found):
-        for vector in found:
-            if vector.memo_epoch != epoch:
-                vector.memo = {}
-                vector.memo_epoch = epoch
-    return found
+class NodeVectors:
+    """The policy's `NodeVector` of each node, for its current version, and the estimate of what
+    their memos hold together (`memo_result_bytes` per result, kept as results are added): past
+    `max_bytes` every node's memo is emptied, since the budget is for all nodes together and
+    which node's results will be asked for again is not known. A memo is emptied too at
+    `MEMO_LIMIT` results, when the measure's epoch moves, and goes with its node's version."""
+
+    __slots__ = ("_by_name", "_bytes", "_max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._by_name: dict[str, NodeVector] = {}
+        self._bytes = 0
+        self._max_bytes = max_bytes
+
+    @property
+    def estimated_bytes(self) -> int:
+        """What every memo holds now, by the estimate the budget is kept with."""
+        return self._bytes
+
+    def changed(self, node: NodeState) -> NodeVector:
+        """A new vector for the node's version (its old one's memo goes with it)."""
+        old = self._by_name.get(node.name)
+        if old is not None:
+            self._bytes -= old.memo_bytes
+        vector = self._by_name[node.name] = NodeVector(node)
+        return vector
+
+    def removed(self, name: str) -> None:
+        old = self._by_name.pop(name, None)
+        if old is not None:
+            self._bytes -= old.memo_bytes
+
+    def of(self, node: NodeState) -> NodeVector:
+        """The node's vector for its current version (made where missing or stale)."""
+        vector = self._by_name.get(node.name)
+        if vector is None or vector.version != node.version:
+            vector = self.changed(node)
+        return vector
+
+    def current(self, nodes: Sequence[NodeState], epoch: int) -> list[NodeVector]:
+        """Each node's vector for its current version (made where missing or stale), its memo
+        made current for the measure `epoch` (emptied when the epoch moved)."""
+        vectors = list(map(self._by_name.get, map(_NAME, nodes)))
+        try:
+            current = list(map(_VERSION, vectors)) == list(map(_VERSION, nodes))
+        except AttributeError:  # a node without a vector
+            current = False
+        if not current:
+            for i, (node, vector) in enumerate(zip(nodes, vectors)):
+                if vector is None or vector.version != node.version:
+                    vectors[i] = self.changed(node)
+        found: list[NodeVector] = vectors  # type: ignore[assignment]  # none is None now
+        if list(map(_MEMO_EPOCH, found)).count(epoch) != len(found):
+            for vector in found:
+                if vector.memo_epoch != epoch:
+                    self.renew(vector, epoch)
+        return found
+
+    def renew(self, vector: NodeVector, epoch: int) -> None:
+        """The measure's epoch moved: the vector's memo starts again empty under `epoch`."""
+        self._bytes -= vector.memo_bytes
+        vector.memo = {}
+        vector.memo_bytes = 0
+        vector.memo_epoch = epoch
+
+    def reserve(self, vector: NodeVector, size: int) -> None:
+        """Count a result of `size` bytes about to be put into the vector's memo (emptied first
+        when it holds `MEMO_LIMIT`); `settle` once the results are in."""
+        memo = vector.memo
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()  # in place: a batch holds the memos it fills (`memos_of`)
+            self._bytes -= vector.memo_bytes
+            vector.memo_bytes = 0
+        vector.memo_bytes += size
+        self._bytes += size
+
+    def settle(self) -> None:
+        """Past the budget, every memo is emptied."""
+        if self._bytes > self._max_bytes:
+            for vector in self._by_name.values():
+                if vector.memo_bytes:
+                    vector.memo = {}
+                    vector.memo_bytes = 0
+            self._bytes = 0
 
 
 def memos_of(vectors: Sequence[NodeVector]) -> list[dict[int, Raw]]:

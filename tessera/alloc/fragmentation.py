@@ -9,6 +9,9 @@ memory (a node without the RAM cannot host t); `faithful=True` turns both off, a
 
 The value depends only on (GPU models, a bucket of free CPU/RAM, the multiset of per-GPU free
 capacity), so it is memoised on that key: in a 1213-node cluster most nodes share a few states.
+The memo and the shape rows compiled per (models, buckets) are bounded together in entries and in
+bytes (`max_bytes`, estimated as entries are added: `MEMO_BYTES`, `ROWS_BYTES`); past either
+bound both start again empty, and nothing but speed depends on what they remember.
 
 `HostDemand` is the second measure the fragmentation-aware policy adds: FGD asks only whether the
 node can host *one* more pod of each shape, so it cannot see a node whose CPU or RAM will run out
@@ -17,9 +20,11 @@ cannot feed at the CPU and RAM the mix's GPU pods ask per GPU.
 """
 from __future__ import annotations
 
+import sys
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
@@ -28,6 +33,27 @@ from tessera.alloc.workload import MixSnapshot
 
 GpuFree = tuple[int, int]  # (free milli, free memory MiB) of one usable GPU
 _MEMO_LIMIT = 500_000  # entries; the memo is dropped when it grows past this (bounded memory)
+MiB: Final = 1024 * 1024
+MEASURE_BUDGET: Final = 64 * MiB
+"""Default byte budget of one measure's memo and compiled rows together: ~46,000 values of
+8-GPU nodes (the openb replays hold at most ~5,200 values, the 5,000-node extender of
+bench/scale.py ~7,900)."""
+
+MEMO_BYTES: Final = 200
+MEMO_GPU_BYTES: Final = 130
+"""Estimated bytes of one memoised value: `MEMO_BYTES` (the dict slot, the float, the key's
+outer tuple, its bucket ints and its GPU tuple's header), the key's set of GPU models
+(`sys.getsizeof`: a node's `models` is a new set each time it is read, 216 bytes for up to four
+models), and `MEMO_GPU_BYTES` per GPU of the node (the GPU tuple's pointer and a (free milli,
+free memory) pair with its two ints, as if none were shared with the node's vector). Measured
+with tracemalloc, every pair and set new: 468, 532 and 916 bytes per value of 1, 2 and 8 GPUs
+(one model), against 546, 676 and 1,456 estimated."""
+ROWS_BYTES: Final = 300
+ROW_BYTES: Final = 80
+"""Estimated bytes of one compiled entry (`_rows`, per models and CPU/RAM buckets): `ROWS_BYTES`
+(slot, key, the used-demands tuple), the key's set of models, and `ROW_BYTES` per shape of the
+mix (a (weight, count, demand) tuple and its pointer). Measured with tracemalloc under a mix of
+200 shapes: 15,327 bytes per new value with its new rows, against 17,062 estimated."""
 _Row = tuple[float, int, int]  # (weight, GPU count, demand index or -1: the node cannot host the shape)
 _Counts = tuple[int, int]  # (stranded milli, GPUs that fit) of one vector for one demand
 
@@ -101,11 +127,18 @@ class FragmentationMeasure:
     """Expected fragmented milli-GPUs of a node state under one mix snapshot."""
 
     def __init__(
-        self, snapshot: MixSnapshot, *, faithful: bool = False, weighting: str = "pods", multi_boost_max_share: float = 0.02
+        self,
+        snapshot: MixSnapshot,
+        *,
+        faithful: bool = False,
+        weighting: str = "pods",
+        multi_boost_max_share: float = 0.02,
+        max_bytes: int = MEASURE_BUDGET,
     ) -> None:
         """`weighting`: "pods" (FGD: by pod count), "gpu" (by GPU demand), "multi" (an N-GPU pod
         weighs like N pods, but only while multi-GPU pods are under `multi_boost_max_share` of
-        the pods: when they are common their pod count already protects whole nodes)."""
+        the pods: when they are common their pod count already protects whole nodes).
+        `max_bytes`: the memo's byte budget (`MEMO_BYTES`, `ROWS_BYTES`)."""
         self.epoch = snapshot.epoch
         shapes: list[_Shape] = []
         multi_share = sum(s.weight for s in snapshot.shapes if s.gpu_count > 1)
@@ -133,11 +166,19 @@ class FragmentationMeasure:
         self._mem_cuts = sorted({s.memory for s in self._shapes})
         self._cpu_cut_array, self._mem_cut_array = np.array(self._cpu_cuts, dtype=np.int64), np.array(self._mem_cuts, dtype=np.int64)
         self._memo: dict[tuple[object, ...], float] = {}
+        self._max_bytes = max_bytes
+        self._bytes = 0  # the estimate of the memo and the compiled rows together
         # Shapes differ mostly in CPU and RAM; the per-GPU test depends only on (milli, GPU
         # memory), so it runs once per distinct pair ("demand") and the shapes index into them.
         self._demands = sorted({(s.milli, s.gpu_memory) for s in self._shapes})
         self._demand_of = {demand: i for i, demand in enumerate(self._demands)}
         self._compiled: dict[tuple[object, ...], tuple[tuple[_Row, ...], tuple[int, ...]]] = {}
+        self._rows_bytes = ROWS_BYTES + ROW_BYTES * len(self._shapes)
+
+    @property
+    def estimated_bytes(self) -> int:
+        """What the memo and the compiled rows hold now, by the estimate the budget is kept with."""
+        return self._bytes
 
     def buckets(self, free_cpu: int, free_memory: int) -> tuple[int, int]:
         """Where free CPU and RAM fall among the shapes' demands: all the measure reads of them."""
@@ -168,7 +209,7 @@ class FragmentationMeasure:
         if value is None:
             rows, _ = self._rows(key[:3], models, free_cpu, free_memory)
             counts: list[_Counts | None] = [None] * len(self._demands)
-            value = self._remember(key, self._sum(rows, key[3], sum(f for f, _ in gpus), counts))  # type: ignore[arg-type]
+            value = self._remember(key, self._sum(rows, key[3], sum(f for f, _ in gpus), counts), self._value_bytes(models, gpus))  # type: ignore[arg-type]
         return value
 
     def of_variants(
@@ -181,6 +222,7 @@ class FragmentationMeasure:
         compiled: tuple[tuple[_Row, ...], tuple[int, ...]] | None = None
         base: list[_Counts | None] = [None] * len(self._demands)
         base_idle = sum(f for f, _ in gpus)
+        size = self._value_bytes(models, gpus)
         out: list[float] = []
         for position, new in changes:
             after = list(gpus)
@@ -195,16 +237,31 @@ class FragmentationMeasure:
                 counts: list[_Counts | None] = [None] * len(self._demands)
                 for d in used:
                     counts[d] = self._changed(self._counts(gpus, d, base), d, old, new)
-                value = self._remember(key, self._sum(rows, after, base_idle - old[0] + new[0], counts))
+                value = self._remember(key, self._sum(rows, after, base_idle - old[0] + new[0], counts), size)
             out.append(value)
         return out
 
-    def _remember(self, key: tuple[object, ...], value: float) -> float:
-        if len(self._memo) >= _MEMO_LIMIT:
+    @staticmethod
+    def _value_bytes(models: frozenset[str], gpus: Sequence[GpuFree]) -> int:
+        """The estimate of one memoised value (`MEMO_BYTES`)."""
+        return MEMO_BYTES + sys.getsizeof(models) + MEMO_GPU_BYTES * len(gpus)
+
+    def _remember(self, key: tuple[object, ...], value: float, size: int) -> float:
+        if self._make_room(len(self._memo) >= _MEMO_LIMIT, size):
+            self._memo[key] = value
+            self._bytes += size
+        return value
+
+    def _make_room(self, full: bool, size: int) -> bool:
+        """Empty the memo and the compiled rows when they are `full` or `size` more bytes would
+        pass the budget; False when `size` alone is more than the budget (not remembered)."""
+        if size > self._max_bytes:
+            return False
+        if full or self._bytes + size > self._max_bytes:
             self._memo.clear()
             self._compiled.clear()
-        self._memo[key] = value
-        return value
+            self._bytes = 0
+        return True
 
     def _rows(
         self, prefix: tuple[object, ...], models: frozenset[str], free_cpu: int, free_memory: int
@@ -220,7 +277,11 @@ class FragmentationMeasure:
                 else (s.weight, s.count, self._demand_of[(s.milli, s.gpu_memory)])
                 for s in self._shapes
             )
-            compiled = self._compiled[prefix] = (rows, tuple(sorted({d for _, _, d in rows if d >= 0})))
+            compiled = (rows, tuple(sorted({d for _, _, d in rows if d >= 0})))
+            size = self._rows_bytes + sys.getsizeof(models)
+            if self._make_room(False, size):
+                self._compiled[prefix] = compiled
+                self._bytes += size
         return compiled
 
     def _counts(self, gpus: Sequence[GpuFree], d: int, cache: list[_Counts | None]) -> _Counts:

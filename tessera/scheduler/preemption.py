@@ -45,10 +45,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tessera.alloc import InvalidRequest, PodRequest, PodUid, pod_request_from_k8s
+from tessera.alloc.eviction import EvictionTrial
 from tessera.kube.api import KubeObject
 from tessera.scheduler.extender_types import ExtenderPreemptionArgs, ExtenderPreemptionResult, Victims
 from tessera.scheduler.state import SchedulerState, pod_priority
@@ -75,6 +76,27 @@ class PreemptSettings:
 
 class _OutOfTime(Exception):
     """The budget ran out in the middle of a node's search: the node is left out."""
+
+
+class _TimedTrial:
+    """The node's `EvictionTrial` as the victim search asks it (`victims.Trial`), out of time
+    before a check; leaving the trial's `with` block puts its victims back."""
+
+    def __init__(self, trial: EvictionTrial, monotonic: Callable[[], float], deadline: float) -> None:
+        self._trial = trial
+        self._monotonic = monotonic
+        self._deadline = deadline
+
+    def evict(self, uids: Iterable[str]) -> None:
+        self._trial.evict(uids)
+
+    def keep(self, uids: Iterable[str]) -> None:
+        self._trial.keep(uids)
+
+    def fits(self) -> bool:
+        if self._monotonic() > self._deadline:
+            raise _OutOfTime
+        return self._trial.fits()
 
 
 class Preemptor:
@@ -125,13 +147,6 @@ class Preemptor:
 
     def _node(self, request: PodRequest, priority: int, node: str, proposal: Victims, deadline: float) -> Victims | None:
         state = self._state
-        monotonic = self._monotonic
-
-        def fits(uids: frozenset[str]) -> bool:
-            if monotonic() > deadline:
-                raise _OutOfTime  # before the check: the state is left as it is
-            return state.fits_without(request, node, uids)
-
         with state.lock:
             inventory = state.cluster.nodes.get(node)
             if inventory is None:
@@ -150,16 +165,17 @@ class Preemptor:
                 for h in held.values()
                 if h.uid != request.uid and h.priority < priority and (h.bound or h.uid in proposed)
             ]
-            choice = choose_victims(
-                candidates,
-                fits,
-                gpus=[g.index for g in inventory.gpus if g.healthy],
-                gpus_needed=sum(c.gpu_count for c in request.gpu_containers),
-                smallest_group=max(c.gpu_count for c in request.gpu_containers),
-                proposed_violations=proposal.num_pdb_violations,
-                extra_proposed=len(passthrough),
-                limits=self._settings.limits,
-            )
+            with state.cluster.eviction_trial(request, node) as trial:
+                choice = choose_victims(
+                    candidates,
+                    _TimedTrial(trial, self._monotonic, deadline),
+                    gpus=[g.index for g in inventory.gpus if g.healthy],
+                    gpus_needed=sum(c.gpu_count for c in request.gpu_containers),
+                    smallest_group=max(c.gpu_count for c in request.gpu_containers),
+                    proposed_violations=proposal.num_pdb_violations,
+                    extra_proposed=len(passthrough),
+                    limits=self._settings.limits,
+                )
         if choice is None:
             return None
         chosen = set(choice.uids)

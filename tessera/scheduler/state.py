@@ -214,11 +214,6 @@ class SchedulerState:
         self.refresh_pools()
         return self.views.evaluations(request, names, self.cluster.policy().epoch, self.cluster.evaluate_many)
 
-    def fits_without(self, request: PodRequest, node: str, victims: Iterable[str]) -> bool:
-        """Whether `request` fits on `node` once `victims` (pod UIDs) are gone, by the production
-        fit check; the state is left exactly as it was (caller holds the lock)."""
-        return isinstance(self.cluster.evaluate_without(request, node, (PodUid(uid) for uid in victims)), Evaluation)
-
     def held_on(self, node: str) -> list[HeldPod]:
         """The pods holding GPU capacity on `node` (caller holds the lock)."""
         out = []
