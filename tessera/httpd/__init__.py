@@ -1,7 +1,7 @@
-"""One hardened HTTP/1.1 server for every Tessera endpoint: the scheduler extender, the admission
-webhook (TLS) and the node agent's /metrics, and the SIGTERM handling every server process shares
-(`stopsignal.py`). See `server.py` for why it is the standard library's
-server, configured, rather than a third-party one (docs/scheduler-extender.md, "HTTP server").
+"""One hardened HTTP server for every Tessera endpoint: the scheduler extender, the admission
+webhook (TLS) and the node agent's and device plugin's /metrics, and the SIGTERM handling every
+server process shares (`stopsignal.py`). An event loop holds the connections and worker threads
+answer complete requests; `server.py` says why (docs/scheduler-extender.md, "HTTP server").
 
 Imports only the standard library: the runtime and the node side both stand on it (import-linter
 contracts `layers` and `node-side` in pyproject.toml)."""

@@ -1,23 +1,26 @@
-"""Reading one HTTP/1.1 request under limits: a deadline for the whole request, a bounded body.
+"""Limits, the request and reply types, and the framing of request bodies and replies.
 
 Bodies are framed by `Content-Length` or by `Transfer-Encoding: chunked` (RFC 9112 section 6 and
 7.1); anything else is refused. A request whose framing cannot be trusted (both headers, two
 different lengths, a bad chunk) is answered and its connection closed, because the bytes that
 follow cannot be told apart from the next request (request smuggling).
+
+The body readers are incremental: the event loop hands them a connection's buffer each time bytes
+arrive, and they take a body out of it once it is complete, so a slow client costs a buffer and
+never a thread.
 """
 from __future__ import annotations
 
-import io
 import re
-import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from email.message import Message
+from email.utils import formatdate
 from http import HTTPStatus
-from typing import Final
+from typing import Final, Protocol
 
-_MAX_CHUNK_LINE: Final = 1024  # "<hex size>[;extensions]\r\n"
+_MAX_CHUNK_LINE: Final = 1024  # "<hex size>[;extensions]\r\n", and each trailer line
 _MAX_TRAILER_LINES: Final = 32
 _HEX: Final = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _DIGITS: Final = re.compile(r"[0-9]{1,18}")  # 18 digits: anything longer is over every limit anyway
@@ -28,15 +31,22 @@ class HttpLimits:
     """What one server accepts; each endpoint sets its own body limit.
 
     max_body_bytes: a larger body gets 413 before it is read (the connection then closes).
-    max_connections: connections served at once, one thread each. Further connections wait in
-        the listen backlog (not refused); while all are taken, the longest-idle keep-alive
-        connection is closed to make room. Default 256: four times the 64-client burst tests.
-    backlog: the listen queue (`request_queue_size`); the kernel caps it at
-        net.core.somaxconn (4096 on current kernels). Default 1024.
+    max_connections: connections kept open once each has had its grace (`occupancy.Place`: 0.1 s
+        for a request to arrive, 0.25 s idle, 0.5 s for a reply to be taken). Beyond it, the
+        connection that has waited longest for its client is closed to make room (silent, still
+        sending a request, idle between requests, or not taking its reply); one whose request is
+        being answered never is. Also the most requests answered at once, one worker thread
+        each; holding a connection costs a socket and its buffer. Default 256: four times the
+        64-client burst tests.
+    backlog: the listen queue; the kernel caps it at net.core.somaxconn (4096 on current
+        kernels). Also how many connections beyond `max_connections` are taken in while they
+        have their grace, so a new client is not held in the kernel's queue behind slow ones;
+        past both, new connections wait in that queue (they are not refused). Default 1024.
     request_timeout_s: a request line, its headers and its body must all arrive within this
         from the request's first byte, and a reply must be taken by the client within it: a
-        client trickling one byte at a time (slowloris) is cut off. Default 10 s (kube-scheduler's
-        httpTimeout and the webhook's timeoutSeconds are both shorter).
+        client trickling one byte at a time (slowloris) is cut off. A new connection must finish
+        its TLS handshake within it, then send its first request in full within it. Default
+        10 s (kube-scheduler's httpTimeout and the webhook's timeoutSeconds are both shorter).
     idle_timeout_s: how long a keep-alive connection may wait for its next request. Default
         120 s: longer than Go's `http.Transport.IdleConnTimeout` (90 s, which kube-scheduler's
         extender client and the API server's webhook client use), so the client closes idle
@@ -100,6 +110,9 @@ class Request:
     query: str
     headers: Message
     body: bytes
+    received_at: float
+    """`time.monotonic()` when the request's first byte arrived: a time budget that must cover
+    reading and decoding the body starts here."""
 
 
 @dataclass(frozen=True)
@@ -110,52 +123,7 @@ class Response:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-class RequestTimeout(TimeoutError):
-    """The request did not arrive completely within `request_timeout_s`."""
-
-
-class DeadlineReader(io.RawIOBase):
-    """The connection's socket as a raw stream whose reads share one deadline per request.
-
-    Waiting for a request on a kept-alive connection may take `idle_timeout_s`; once its first
-    byte has arrived, the whole request must arrive within `request_timeout_s`. A per-read
-    timeout alone would let a client send one byte per interval forever.
-    """
-
-    def __init__(self, sock: socket.socket, limits: HttpLimits) -> None:
-        super().__init__()
-        self._sock = sock
-        self._limits = limits
-        self.deadline: float | None = time.monotonic() + limits.request_timeout_s  # a new connection must speak
-        self.started = False
-
-    def readable(self) -> bool:
-        return True
-
-    def next_request(self) -> None:
-        """Between requests: the next read may wait the idle timeout."""
-        self.deadline = None
-        self.started = False
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        if self.deadline is None:
-            timeout = self._limits.idle_timeout_s
-        else:
-            timeout = self.deadline - time.monotonic()
-            if timeout <= 0:
-                raise RequestTimeout(f"request not complete within {self._limits.request_timeout_s:g} s")
-        self._sock.settimeout(timeout)
-        try:
-            n = self._sock.recv_into(buffer)
-        except TimeoutError:
-            if self.deadline is None:
-                raise
-            raise RequestTimeout(f"request not complete within {self._limits.request_timeout_s:g} s") from None
-        if n and not self.started:
-            self.started = True
-            if self.deadline is None:
-                self.deadline = time.monotonic() + self._limits.request_timeout_s
-        return n
+Endpoint = Callable[[Request], Response]
 
 
 def body_length(headers: Message, limits: HttpLimits) -> int | None:
@@ -170,7 +138,7 @@ def body_length(headers: Message, limits: HttpLimits) -> int | None:
         if codings != ["chunked"]:
             raise HttpError(
                 HTTPStatus.BAD_REQUEST,
-                f"Transfer-Encoding {', '.join(codings) or '(empty)'} is not supported; send Content-Length or chunked",
+                f"Transfer-Encoding {', '.join(codings)[:200] or '(empty)'} is not supported; send Content-Length or chunked",
                 close=True,
             )
         return None
@@ -178,7 +146,7 @@ def body_length(headers: Message, limits: HttpLimits) -> int | None:
         return 0
     values = {v.strip() for v in lengths}
     if len(values) != 1:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"conflicting Content-Length headers {sorted(values)}", close=True)
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"conflicting Content-Length headers {sorted(values)}"[:300], close=True)
     (value,) = values
     if not value.isascii() or not value.isdigit():
         raise HttpError(HTTPStatus.BAD_REQUEST, f"Content-Length {value[:40]!r} is not a number of bytes", close=True)
@@ -191,47 +159,147 @@ def body_length(headers: Message, limits: HttpLimits) -> int | None:
     return int(value)
 
 
-def read_body(rfile: io.BufferedReader, length: int | None, limits: HttpLimits) -> bytes:
-    """The body framed as `body_length` said; a short or malformed body raises HttpError."""
-    if length is None:
-        return _read_chunked(rfile, limits.max_body_bytes)
-    data = rfile.read(length) if length else b""
-    if len(data) < length:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"body ended after {len(data)} of {length} bytes", close=True)
-    return data
+class BodyReader(Protocol):
+    def take(self, buffer: bytearray, eof: bool) -> bytes | None:
+        """The whole body, removed from the front of `buffer`, once it is there; None while
+        more must arrive. `eof`: the client sends nothing more. Raises HttpError (close=True)
+        for a malformed or short body."""
+        ...
+
+
+def body_reader(length: int | None, limits: HttpLimits) -> BodyReader:
+    """The reader for a body framed as `body_length` said."""
+    return ChunkedBody(limits.max_body_bytes) if length is None else LengthBody(length)
+
+
+class LengthBody:
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def take(self, buffer: bytearray, eof: bool) -> bytes | None:
+        if len(buffer) >= self.length:
+            data = bytes(buffer[: self.length])
+            del buffer[: self.length]
+            return data
+        if eof:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"body ended after {len(buffer)} of {self.length} bytes", close=True)
+        return None
 
 
 def _bad_chunk(message: str) -> HttpError:
     return HttpError(HTTPStatus.BAD_REQUEST, f"malformed chunked body: {message}", close=True)
 
 
-def _read_chunked(rfile: io.BufferedReader, max_bytes: int) -> bytes:
-    parts: list[bytes] = []
-    total = 0
-    while True:
-        line = rfile.readline(_MAX_CHUNK_LINE + 1)
-        if not line.endswith(b"\n") or len(line) > _MAX_CHUNK_LINE:
-            raise _bad_chunk("chunk size line missing, unterminated or too long")
+class ChunkedBody:
+    """RFC 9112 section 7.1, taken chunk by chunk as it arrives; trailers are read and dropped."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self._total = 0
+        self._size: int | None = None  # the chunk being read; None: its size line comes next
+        self._trailers: int | None = None  # trailer lines read; None: not at the trailer yet
+        self._done = False
+
+    def take(self, buffer: bytearray, eof: bool) -> bytes | None:
+        """Each step takes one line or one chunk, False when it must wait for more bytes."""
+        while not self._done:
+            if self._trailers is not None:
+                progressed = self._take_trailer(buffer, eof)
+            elif self._size is None:
+                progressed = self._take_size(buffer, eof)
+            else:
+                progressed = self._take_data(buffer, eof)
+            if not progressed:
+                return None
+        return b"".join(self._parts)
+
+    @staticmethod
+    def _line(buffer: bytearray, eof: bool, what: str) -> bytes | None:
+        end = buffer.find(b"\n", 0, _MAX_CHUNK_LINE)
+        if end < 0:
+            if eof or len(buffer) >= _MAX_CHUNK_LINE:
+                raise _bad_chunk(f"{what} missing, unterminated or too long")
+            return None
+        line = bytes(buffer[: end + 1])
+        del buffer[: end + 1]
+        return line
+
+    def _take_size(self, buffer: bytearray, eof: bool) -> bool:
+        line = self._line(buffer, eof, "chunk size line")
+        if line is None:
+            return False
         size_text = line.split(b";", 1)[0].strip()
         if not _HEX.fullmatch(size_text):
             raise _bad_chunk(f"chunk size {size_text[:20]!r} is not hexadecimal")
         size = int(size_text, 16)
         if size == 0:
-            for _ in range(_MAX_TRAILER_LINES):
-                trailer = rfile.readline(_MAX_CHUNK_LINE + 1)
-                if trailer in (b"\r\n", b"\n"):
-                    return b"".join(parts)
-                if not trailer.endswith(b"\n") or len(trailer) > _MAX_CHUNK_LINE:
-                    raise _bad_chunk("trailer missing, unterminated or too long")
-            raise _bad_chunk(f"more than {_MAX_TRAILER_LINES} trailer lines")
-        total += size
-        if total > max_bytes:
+            self._trailers = 0
+            return True
+        self._total += size
+        if self._total > self._max_bytes:
             raise HttpError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"chunked request body exceeds the limit of {max_bytes} bytes",
+                f"chunked request body exceeds the limit of {self._max_bytes} bytes",
                 close=True,
             )
-        data = rfile.read(size)
-        if len(data) < size or rfile.read(2) != b"\r\n":
+        self._size = size
+        return True
+
+    def _take_data(self, buffer: bytearray, eof: bool) -> bool:
+        size = self._size or 0
+        if len(buffer) < size + 2:
+            if eof:
+                raise _bad_chunk("chunk shorter than its size or not followed by CRLF")
+            return False
+        if buffer[size : size + 2] != b"\r\n":
             raise _bad_chunk("chunk shorter than its size or not followed by CRLF")
-        parts.append(data)
+        self._parts.append(bytes(buffer[:size]))
+        del buffer[: size + 2]
+        self._size = None
+        return True
+
+    def _take_trailer(self, buffer: bytearray, eof: bool) -> bool:
+        line = self._line(buffer, eof, "trailer")
+        if line is None:
+            return False
+        if line in (b"\r\n", b"\n"):
+            self._done = True
+            return True
+        self._trailers = (self._trailers or 0) + 1
+        if self._trailers >= _MAX_TRAILER_LINES:
+            raise _bad_chunk(f"more than {_MAX_TRAILER_LINES} trailer lines")
+        return True
+
+
+class HttpDate:
+    """The `Date` header's value, formatted once per second (every reply carries it)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def now(self) -> str:
+        second = int(time.time())
+        if second != self._second:
+            self._text, self._second = formatdate(second, usegmt=True), second
+        return self._text
+
+
+def encode_reply(response: Response, date: str, *, head_only: bool, close: bool) -> bytes:
+    """Status line, headers and body as one buffer (one write: headers and body leave in one
+    segment, and a client's delayed ACK never holds back a second write)."""
+    status = HTTPStatus(response.status)
+    lines = [
+        f"HTTP/1.1 {status.value} {status.phrase}",
+        "Server: tessera",
+        f"Date: {date}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+    ]
+    lines += [f"{name}: {value}" for name, value in response.headers]
+    if close:
+        lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + response.body
+

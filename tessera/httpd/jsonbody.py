@@ -19,6 +19,12 @@ from typing import Any, Final
 
 from tessera.httpd.framing import HttpError, Response
 
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate, \\ud800 to \\udfff: half of a valid pair, or a lone one."""
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""A surrogate left in a decoded string: the decoder joins every valid pair into one character."""
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 MAX_JSON_DEPTH: Final = 100
 """Nesting a request body may have. The deepest Kubernetes object we receive (a Pod with its
 managedFields) nests about 15 levels; the limit keeps every later walk of the body (copies,
@@ -104,7 +110,79 @@ def parse_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"request body is not valid JSON: {exc}") from None
     if not within_depth(value, max_depth):
         raise HttpError(HTTPStatus.BAD_REQUEST, f"request body nests deeper than {max_depth} levels")
+    if _SURROGATE_ESCAPE.search(raw):  # nearly never: the whole cost of the check is this search
+        path = lone_surrogate_path(value)
+        if path is not None:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                f"{path or 'request body'}: string holds a lone surrogate escape (\\ud800-\\udfff without its pair); send valid Unicode",
+                path=path or None,
+            )
     return value
+
+
+def lone_surrogate_path(value: Any) -> str | None:
+    """The JSON path of the first string (or object key) holding a lone UTF-16 surrogate, "" for
+    the body itself, None when there is none.
+
+    RFC 8259 (section 8.2) lets a JSON text escape a lone surrogate, and Python's decoder keeps
+    it, but no string of the Kubernetes API holds one: Go's encoding/json (golang/go,
+    `src/encoding/json/encode.go`, `appendString`, go1.22) writes valid UTF-8 and replaces
+    invalid bytes with U+FFFD, so kube-scheduler and the API server never send one. Such a
+    string cannot be encoded as UTF-8 later (a label, a log line, a Kubernetes API call), so it
+    is refused here, where the path can still be named. Iterative, with each container's strings
+    tested in one regex search; paths are built only for the culprit."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    while stack:
+        item, chain = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if _SURROGATE.search(item):
+                return _render(chain)
+            continue
+        if kind is not dict and kind is not list:
+            continue
+        children = item.values() if kind is dict else item
+        kinds = set(map(type, children))
+        if _SURROGATE.search(_strings(item, children, kinds)):
+            entries = item.items() if kind is dict else enumerate(item)
+            for key, child in entries:
+                if (type(key) is str and _SURROGATE.search(key)) or (type(child) is str and _SURROGATE.search(child)):
+                    return _render((chain, key))
+        if dict in kinds or list in kinds:
+            entries = item.items() if kind is dict else enumerate(item)
+            nested = [(child, (chain, key)) for key, child in entries if type(child) is dict or type(child) is list]
+            stack.extend(reversed(nested))
+    return None
+
+
+def _strings(container: Any, children: Any, kinds: set[type]) -> str:
+    """A container's keys and string values as one string, joined in C when they are all
+    strings (a list of 10,000 node names)."""
+    keys = "".join(container) if type(container) is dict else ""
+    if kinds == {str}:
+        return keys + "".join(children)
+    if str not in kinds:
+        return keys
+    return keys + "".join([c for c in children if type(c) is str])
+
+
+def _render(chain: tuple[Any, ...]) -> str:
+    """A path from the (parent, key) chain `lone_surrogate_path` builds, in the form the decoders
+    use: `Pod.metadata.name`, `Pods[0]`, `limits["tessera.dev/gpu-core"]`."""
+    keys: list[Any] = []
+    while chain:
+        chain, key = chain
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        if isinstance(key, int):
+            path += f"[{key}]"
+        elif _IDENTIFIER.fullmatch(key):
+            path = f"{path}.{key}" if path else key
+        else:
+            path += f"[{json.dumps(key)}]"
+    return path
 
 
 def within_depth(value: Any, max_depth: int) -> bool:

@@ -15,8 +15,11 @@ from tessera.httpd.framing import HttpLimits, Request, Response
 from tessera.httpd.server import Endpoint, HardenedHTTPServer, Routes
 
 # Scrapes carry no body; 64 connections at once cover several Prometheus replicas, kubelet's probe
-# and a burst of curl with room to spare (more wait in the backlog, they are not refused).
-METRICS_LIMITS: Final = HttpLimits(max_body_bytes=64 * 1024, max_connections=64, backlog=256)
+# and a burst of curl with room to spare. The backlog is the other servers': it is also how many
+# new connections the server takes in beyond the cap while slow ones make room (HttpLimits). A
+# smaller one fills under a flood of reconnecting slow clients, and a new scrape then waits for
+# TCP's 1 s retransmission (docs/benchmarks.md, "Slow and idle clients").
+METRICS_LIMITS: Final = HttpLimits(max_body_bytes=64 * 1024, max_connections=64, backlog=1024)
 
 
 def metrics_response(registry: Collector, request: Request) -> Response:

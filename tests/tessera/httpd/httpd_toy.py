@@ -10,7 +10,7 @@ from tessera.httpd import HardenedHTTPServer, HttpLimits, Request, Response, Rou
 
 class ToyService:
     """GET /ok; POST /json (decodes the body, answers its type); POST /slow (waits for `release`);
-    GET /bug (raises: a bug of ours)."""
+    GET /bug (raises: a bug of ours); GET /big (4 MiB, more than a socket's buffers hold)."""
 
     def __init__(self, limits: HttpLimits) -> None:
         self.release = threading.Event()
@@ -21,6 +21,7 @@ class ToyService:
             "/json": {"POST": self._json},
             "/slow": {"POST": self._slow},
             "/bug": {"GET": self._bug},
+            "/big": {"GET": lambda r: Response(200, b"x" * (4 * 1024 * 1024), "text/plain")},
         }
         self.server = HardenedHTTPServer(("127.0.0.1", 0), Routes(endpoints.get, self._observe), limits, name="toy")
         self.thread = self.server.start()

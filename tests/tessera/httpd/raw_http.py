@@ -1,8 +1,9 @@
 """A client that speaks HTTP/1.1 byte for byte over a real socket (plain or TLS), for requests no
-well-behaved library would send, and a burst driver. Shared by the httpd, extender, webhook and
+well-behaved library would send, slow and idle clients (`Hostile`), and a burst driver. Shared by the httpd, extender, webhook and
 node agent tests (their conftest puts this directory on sys.path)."""
 from __future__ import annotations
 
+import enum
 import http.client
 import json
 import socket
@@ -180,3 +181,47 @@ def burst(
     for t in threads:
         t.join(120)
     return result
+
+
+class Hostile(enum.Enum):
+    """A slow or idle client, as many of them hold connections open (slowloris and kin)."""
+
+    SILENT = "silent"  # connects and never says a word
+    HEAD = "head"  # sends part of a request head and stalls
+    BODY = "body"  # sends a whole head and part of its body, and stalls
+    NO_READ = "no-read"  # sends a request for a large reply and never reads it
+    TLS_HELLO = "tls-hello"  # sends the first bytes of a TLS ClientHello and stalls
+
+    def open(self, port: int, *, path: str = "/", tls: ssl.SSLContext | None = None) -> socket.socket:
+        """A connection that behaves so; its first bytes are sent. Over TLS (`tls`), every kind
+        but SILENT and TLS_HELLO first finishes the handshake."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if self is Hostile.NO_READ:  # a small window: the server's reply stalls in its send buffer
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", port))
+        if tls is not None and self not in (Hostile.SILENT, Hostile.TLS_HELLO):
+            sock = tls.wrap_socket(sock, server_hostname="localhost")
+        if self is Hostile.HEAD:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-".encode())
+        elif self is Hostile.BODY:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{{\"a".encode())
+        elif self is Hostile.NO_READ:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        elif self is Hostile.TLS_HELLO:
+            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+        return sock
+
+
+def closed_by_peer(sock: socket.socket, wait_s: float = 5.0) -> bool:
+    """True once the server has closed `sock` (EOF or reset) within `wait_s`; bytes it sent
+    before closing (a reply, a 408) are read past."""
+    sock.settimeout(wait_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+    return True

@@ -4,6 +4,8 @@ serving. The extender, webhook and agent tests repeat the endpoint-specific case
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import pytest
 from httpd_toy import ToyService
@@ -66,6 +68,9 @@ def _still_serves(toy: ToyService) -> None:
         (request_line("POST", "/json", b'{"a": ' + b"9" * 5000 + b"}"), 400, "not valid JSON", False),
         (request_line("POST", "/json", b"\xef\xbb\xbf{}"), 400, "not valid JSON", False),
         (request_line("POST", "/json", b'{"a": 1} trailing'), 400, "Extra data", False),
+        (request_line("POST", "/json", b'{"PodUID": "\\ud800"}'), 400, "PodUID: string holds a lone surrogate", False),
+        (request_line("POST", "/json", b'{"a": ["x", "\\udc00\\ud800"]}'), 400, "a[1]: string holds a lone surrogate", False),
+        (request_line("POST", "/json", b"GET /ok HTTP/1.1\r\n", {"Content-Length": "100"}), 400, "body ended after", True),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -168,3 +173,93 @@ def test_a_refused_body_never_costs_the_client_its_413(toy: ToyService) -> None:
         replies = exchange(toy.port, oversized)
         assert [r.status for r in replies] == [413]
         assert "exceeds the limit" in replies[0].json()["error"]
+
+
+_REQUEST_PIECES = st.sampled_from(
+    [b"GET ", b"POST ", b"PUT ", b"/ok", b"/json", b"/nowhere", b" HTTP/1.1", b" HTTP/1.0", b" HTTP/2.0", b"\r\n", b"\n", b"\r\n\r\n",
+     b"Content-Length: 2", b"Content-Length: 99999999", b"Transfer-Encoding: chunked", b"Expect: 100-continue", b"Connection: close",
+     b"0\r\n\r\n", b"5\r\nhello\r\n", b"{}", b'{"a": "\\ud800"}', b"\x00", b"\xff", b":", b" "]
+)
+_ARBITRARY_REQUESTS = st.one_of(st.binary(max_size=400), st.lists(st.one_of(_REQUEST_PIECES, st.binary(max_size=8)), max_size=16).map(b"".join))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(raw=_ARBITRARY_REQUESTS)
+def test_any_bytes_as_a_whole_request_get_an_answer_or_a_4xx_never_a_5xx(toy: ToyService, raw: bytes) -> None:
+    if b"HEAD" in raw:  # the raw client cannot tell where a HEAD reply ends without knowing it was one
+        raw = raw.replace(b"HEAD", b"HEAP")
+    for reply in exchange(toy.port, raw):
+        assert reply.status < 500, (raw, reply.status, reply.body)
+        if reply.status >= 400:
+            assert reply.headers["content-type"] == "application/json" and set(json.loads(reply.body)) == {"error", "path"}
+    _still_serves(toy)
+
+
+def _chunked(body: bytes, size: int) -> bytes:
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=st.one_of(st.binary(max_size=600), st.text(max_size=200).map(str.encode)), chunk=st.one_of(st.none(), st.integers(1, 64)))
+def test_any_bytes_as_the_body_of_a_valid_head_get_200_or_400(toy: ToyService, body: bytes, chunk: int | None) -> None:
+    framed = request_line("POST", "/json", body) if chunk is None else request_line("POST", "/json", _chunked(body, chunk), CHUNKED)
+    replies = exchange(toy.port, framed)
+    assert [r.status for r in replies] in ([200], [400]), (body, [(r.status, r.body) for r in replies])
+    if replies[0].status == 400:
+        assert set(replies[0].json()) == {"error", "path"}
+    _still_serves(toy)
+
+
+_IDENTIFIER = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+_PLAIN_TEXT = st.text(st.characters(codec="utf-8"), max_size=6)  # never a surrogate (UTF-8 cannot encode one)
+_KEY = st.one_of(_IDENTIFIER, _PLAIN_TEXT)
+
+
+def _json_path(segments: list[str | int]) -> str:
+    """How the server names a place in the body: `Pod.metadata.name`, `items[0]`, `limits["a/b"]`."""
+    path = ""
+    for segment in segments:
+        if isinstance(segment, int):
+            path += f"[{segment}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", segment):
+            path = f"{path}.{segment}" if path else segment
+        else:
+            path += f"[{json.dumps(segment)}]"
+    return path
+
+
+@st.composite
+def _lone_surrogate_somewhere(draw: st.DrawFn) -> tuple[Any, str | None]:
+    """A JSON value with one string (or object key) holding a lone surrogate, and its path."""
+    segments: list[str | int] = draw(st.lists(st.one_of(_KEY, st.integers(0, 3)), max_size=5))
+    lone = draw(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))
+    text = draw(_PLAIN_TEXT) + lone + draw(_PLAIN_TEXT)
+    value: Any = text
+    if draw(st.booleans()):  # in a key rather than a value
+        value = {text: draw(_PLAIN_TEXT)}
+        segments = [*segments, text]
+    built_segments = segments[:-1] if isinstance(value, dict) else segments
+    for segment in reversed(built_segments):
+        if isinstance(segment, int):
+            value = [draw(_PLAIN_TEXT) for _ in range(segment)] + [value]
+        else:
+            value = {"sibling": draw(_PLAIN_TEXT), segment: value} if segment != "sibling" else {segment: value}
+    return value, _json_path(segments) or None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=_lone_surrogate_somewhere())
+def test_a_lone_surrogate_anywhere_gets_400_naming_its_path(toy: ToyService, case: tuple[Any, str | None]) -> None:
+    value, path = case
+    replies = exchange(toy.port, request_line("POST", "/json", json.dumps(value).encode()))
+    body = _error_reply(replies, 400)["body"]
+    assert body["path"] == path and "lone surrogate" in body["error"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(value=st.dictionaries(_KEY, st.text(st.characters(min_codepoint=0x10000, max_codepoint=0x10FFFF), min_size=1, max_size=4), min_size=1, max_size=4))
+def test_valid_surrogate_pairs_are_accepted(toy: ToyService, value: dict[str, str]) -> None:
+    encoded = json.dumps(value).encode()
+    assert b"\\ud8" in encoded.lower() or b"\\ud9" in encoded.lower() or b"\\uda" in encoded.lower() or b"\\udb" in encoded.lower()
+    assert [r.status for r in exchange(toy.port, request_line("POST", "/json", encoded))] == [200]

@@ -1,11 +1,14 @@
 """Malformed and unexpected requests to the extender over real HTTP: each gets a 4xx with the JSON
 error shape and the path of the field at fault, never a 5xx or a dropped connection, and the
-extender keeps scheduling afterwards. (Framing, limits and slow clients: tests/tessera/httpd.)"""
+extender keeps scheduling afterwards; slow and idle clients above the connection cap never keep
+kube-scheduler's /filter out. (Framing and limits in depth: tests/tessera/httpd.)"""
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kube_scheduler_emulator import ExtenderClient
 
-from tessera.model.contract import GPU_CORE
 from tessera.kube.fake import FakeKubeApi
-from tessera.scheduler.service import ExtenderService
+from tessera.model.contract import GPU_CORE
+from tessera.scheduler.http_server import ServerSettings
+from tessera.scheduler.service import ExtenderConfig, ExtenderService
+from tessera.scheduler.sync import SyncSettings
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "httpd"))
+from raw_http import Hostile, closed_by_peer, exchange  # noqa: E402
 
 POD = pod_manifest("p", ("main", 30, 2048))
 POD["metadata"]["uid"] = "uid-p"
@@ -171,9 +179,10 @@ def test_unknown_paths_are_counted_under_one_label(extender: tuple[Harness, Exte
     assert "random-" not in text  # a client cannot grow the label set
 
 
+_ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=20)  # lone surrogates included
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False) | st.text(max_size=20) | _ANY_TEXT,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10) | _ANY_TEXT, children, max_size=4),
     max_leaves=12,
 )
 _VALID_BODIES = {
@@ -214,3 +223,73 @@ def test_fuzzed_bodies_never_get_a_5xx(extender: tuple[Harness, ExtenderService]
     if status == 400:
         assert set(reply) == {"error", "path"}
     _schedules(harness, service)
+
+
+_BIND_FIELDS = ("PodName", "PodNamespace", "PodUID", "Node")
+_PLAIN_TEXT = st.text(st.characters(codec="utf-8"), max_size=8)  # never a surrogate
+
+
+@pytest.mark.parametrize("field", _BIND_FIELDS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(before=_PLAIN_TEXT, lone=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), after=_PLAIN_TEXT)
+def test_a_lone_surrogate_in_any_bind_field_gets_400_naming_it(
+    extender: tuple[Harness, ExtenderService], field: str, before: str, lone: str, after: str
+) -> None:
+    harness, service = extender
+    body = {"PodName": "p", "PodNamespace": "default", "PodUID": "uid-p", "Node": "nowhere", field: before + lone + after}
+    status, reply = _post(service, "/bind", body)
+    assert status == 400, reply
+    assert reply["path"] == field and reply["error"].startswith(f"{field}: string holds a lone surrogate")
+    _schedules(harness, service)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(verb=st.sampled_from(sorted(_VALID_BODIES)), body=st.binary(max_size=400))
+def test_any_bytes_as_a_body_get_200_or_400(extender: tuple[Harness, ExtenderService], verb: str, body: bytes) -> None:
+    harness, service = extender
+    status, reply = _post(service, f"/{verb}", body)
+    assert status in (200, 400), (status, reply)
+    _schedules(harness, service)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(raw=st.binary(max_size=300) | st.sampled_from([b"POST /filter HTTP/1.1\r\n", b"POST /bind HTTP/1.1\r\nContent-Length: 3\r\n\r\n"]).flatmap(
+    lambda head: st.binary(max_size=200).map(lambda tail: head + tail)
+))
+def test_any_bytes_as_a_whole_request_never_get_a_5xx(extender: tuple[Harness, ExtenderService], raw: bytes) -> None:
+    harness, service = extender
+    for reply in exchange(service.port, raw.replace(b"HEAD", b"HEAP")):  # a HEAD reply's length describes no body
+        assert reply.status < 500, (raw, reply.status, reply.body)
+    _schedules(harness, service)
+
+
+CAP = 4
+
+
+@pytest.fixture
+def capped() -> Iterator[tuple[Harness, ExtenderService]]:
+    """An extender holding at most CAP connections, with a 30 s request timeout: only making room
+    (never a deadline) lets a newcomer in while slow clients hold them."""
+    harness = Harness(FakeKubeApi())
+    harness.api.create_node(node_manifest("n1", gpus=2))
+    config = ExtenderConfig(
+        server=ServerSettings(host="127.0.0.1", port=0, max_connections=CAP, request_timeout_s=30.0),
+        sync=SyncSettings(watch_timeout_s=0.5, retry_backoff_s=0.1, janitor_interval_s=3600),
+    )
+    service = ExtenderService(harness.api, config)
+    assert service.start(wait_ready_s=10), "extender cache did not sync"
+    harness.services.append(service)
+    yield harness, service
+    harness.close()
+
+
+@pytest.mark.parametrize("kind", [Hostile.SILENT, Hostile.HEAD, Hostile.BODY], ids=lambda k: k.value)
+def test_slow_clients_above_the_cap_never_keep_filter_out(capped: tuple[Harness, ExtenderService], kind: Hostile) -> None:
+    harness, service = capped
+    hostile = [kind.open(service.port, path="/filter") for _ in range(3 * CAP)]
+    try:
+        _schedules(harness, service)  # kube-scheduler's /filter, on a new connection, answered
+        assert closed_by_peer(hostile[0])  # the oldest slow client made room
+    finally:
+        for sock in hostile:
+            sock.close()

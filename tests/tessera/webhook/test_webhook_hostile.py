@@ -5,7 +5,10 @@ Every 200 is checked the way kube-apiserver checks it (`VerifyAdmissionResponse`
 master): response present, uid equal to the request's, apiVersion/kind admission.k8s.io/v1
 AdmissionReview, patch and patchType together. A review that has a uid always gets such an
 answer (allowed=false with a message when it is malformed); one without gets 400 with our JSON
-error, and the API server applies the webhook's failurePolicy.
+error, and the API server applies the webhook's failurePolicy. So does a body that is not valid
+JSON for Kubernetes at all, such as one holding a lone surrogate escape (kube-apiserver's Go
+encoder never writes one). Slow and idle clients above the connection cap, half-finished TLS
+handshakes included, never keep the API server's reviews out.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from tessera.webhook.server import ServerSettings
 from tessera.webhook.tls import CertBundle
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "httpd"))
-from raw_http import RawConnection, burst, request_line  # noqa: E402
+from raw_http import Hostile, RawConnection, burst, closed_by_peer, exchange, request_line  # noqa: E402
 
 UID = "0f3c1a52-8d7e-4b7a-9a51-2b2f0c6d9e11"
 GPU_POD = pod(container("main", {contract.GPU_CORE: "30"}))
@@ -161,9 +164,10 @@ def test_a_body_over_the_limit_gets_413(webhook: WebhookClient) -> None:
     assert reply is not None and reply.status == 413 and "exceeds the limit of 4194304 bytes" in reply.json()["error"]
 
 
+_ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=20)  # lone surrogates included
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=20) | _ANY_TEXT,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10) | _ANY_TEXT, children, max_size=4),
     max_leaves=12,
 )
 
@@ -244,3 +248,60 @@ def test_a_burst_of_64_api_server_connections_is_answered_in_full(webhook: Webho
     )
     assert result.errors == [] and bad == []
     assert result.statuses == [200] * (64 * 3)
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"uid": "\ud800"}, "request.uid"),
+        ({"namespace": "team-\udc00"}, "request.namespace"),
+        ({"object": pod(container("ma\udbffin", {contract.GPU_CORE: "30"}))}, "request.object.spec.containers[0].name"),
+        ({"object": pod(container("main", {contract.GPU_CORE: "30\ud800"}))}, 'request.object.spec.containers[0].resources.limits["tessera.dev/gpu-core"]'),
+    ],
+)
+def test_a_lone_surrogate_gets_400_naming_the_field(webhook: WebhookClient, change: dict[str, Any], path: str) -> None:
+    status, reply = _post(webhook, _with_request(**change))
+    assert status == 400 and reply["path"] == path and "lone surrogate" in reply["error"]
+    assert webhook.review(review_body(GPU_POD))["allowed"] is True
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=st.binary(max_size=400))
+def test_any_bytes_as_a_review_body_get_200_or_400(webhook: WebhookClient, body: bytes) -> None:
+    status, reply = webhook.request("POST", "/mutate", body)
+    assert status in (200, 400), (status, reply)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(raw=st.binary(max_size=300) | st.binary(max_size=200).map(lambda tail: b"POST /mutate HTTP/1.1\r\nContent-Length: 40\r\n\r\n" + tail))
+def test_any_bytes_as_a_whole_request_over_tls_never_get_a_5xx(tight: WebhookClient, raw: bytes) -> None:
+    """Against the 0.5 s request timeout: a TLS client cannot half-close, so an incomplete
+    request ends with the timeout (a 408, or a close)."""
+    for reply in exchange(tight.port, raw.replace(b"HEAD", b"HEAP"), tls=tight.context):  # a HEAD reply carries no body
+        assert reply.status < 500, (raw, reply.status, reply.body)
+    assert tight.request("GET", "/healthz") == (200, b"ok\n")
+
+
+CAP = 3
+
+
+@pytest.fixture
+def capped(localhost_bundle: CertBundle) -> Iterator[WebhookClient]:
+    """A webhook holding at most CAP connections, with a 30 s request timeout: only making room
+    (never a deadline) lets the API server in while slow clients hold them."""
+    settings = ServerSettings(host="127.0.0.1", port=0, max_connections=CAP, request_timeout_s=30.0)
+    server, thread = start_webhook(SETTINGS, localhost_bundle, settings)
+    yield WebhookClient(server.port, ssl.create_default_context(cadata=localhost_bundle.ca_pem))
+    server.shutdown()
+    thread.join(10)
+
+
+@pytest.mark.parametrize("kind", [Hostile.SILENT, Hostile.TLS_HELLO, Hostile.HEAD, Hostile.BODY], ids=lambda k: k.value)
+def test_slow_clients_and_half_finished_handshakes_above_the_cap_never_keep_reviews_out(capped: WebhookClient, kind: Hostile) -> None:
+    hostile = [kind.open(capped.port, path="/mutate", tls=capped.context) for _ in range(3 * CAP)]
+    try:
+        assert capped.review(review_body(GPU_POD))["allowed"] is True
+        assert closed_by_peer(hostile[0])  # the oldest made room
+    finally:
+        for sock in hostile:
+            sock.close()
