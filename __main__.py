@@ -21,4 +21,11 @@ def engine_config() -> dict[str, Any]:
     return merged
 
 
-main(engine_config())
+def engine_secret_keys() -> frozenset[str]:
+    """The config keys the engine holds as secrets (`pulumi config set --secret`): it lists them in
+    PULUMI_CONFIG_SECRET_KEYS for the program, or hands them over with the config (mocks)."""
+    listed = set(pulumi.runtime.get_config_secret_keys_env())
+    return frozenset(key for key in engine_config() if key in listed or pulumi.runtime.is_config_secret(key))
+
+
+main(engine_config(), secret_keys=engine_secret_keys())

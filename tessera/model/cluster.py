@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from tessera.model.base import ConfigModel
-from tessera.model.values import Cidr, EnvVarName, KubernetesVersion
+from tessera.model.values import Cidr, EnvVarName, KubernetesVersion, PulumiKey
 
 Provider = Literal["tke", "existing"]
 ClusterLevel = Literal["L5", "L20", "L50", "L100", "L200", "L500", "L1000", "L3000", "L5000"]
@@ -35,7 +35,7 @@ class KubeconfigSource(ConfigModel):
 
     path: str | None = Field(default=None, description="Path of a kubeconfig file; ~ is expanded, e.g. ~/.kube/config.")
     env: EnvVarName | None = Field(default=None, description="Environment variable holding the path of a kubeconfig file, e.g. KUBECONFIG.")
-    secret: str | None = Field(default=None, description="Name of a Pulumi secret config key (without the tessera: prefix) holding the kubeconfig text.")
+    secret: PulumiKey | None = Field(default=None, description="Name of a Pulumi secret config key (without the tessera: prefix) holding the kubeconfig text.")
 
 
 class SystemNodes(ConfigModel):

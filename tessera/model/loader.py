@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from tessera.model.errors import problems_from_validation_error
 from tessera.model.problems import ConfigError, Problem
-from tessera.model.stack import StackConfig, is_stack_key
+from tessera.model.secrets import SECRET_FIELDS, SecretField, named_in
+from tessera.model.stack import StackConfig
 
 NAMESPACE: Final = "tessera"
 REGION_KEY: Final = "tencentcloud:region"
@@ -31,16 +32,6 @@ def _is_secure(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"secure"}
 
 
-def _kubeconfig_secret_key(mapping: Mapping[str, Any]) -> str | None:
-    cluster = mapping.get("cluster")
-    if isinstance(cluster, str):
-        cluster = _maybe_json(cluster)
-    kubeconfig = cluster.get("kubeconfig") if isinstance(cluster, dict) else None
-    secret = kubeconfig.get("secret") if isinstance(kubeconfig, dict) else None
-    # a secret named like a Tessera key is reported by the model; never drop the real key for it
-    return secret if isinstance(secret, str) and not is_stack_key(secret) else None
-
-
 def _maybe_json(value: Any) -> Any:
     """pulumi.Config.get returns structured values as JSON text; decode them."""
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
@@ -54,18 +45,24 @@ def _maybe_json(value: Any) -> Any:
 def from_pulumi_mapping(mapping: Mapping[str, Any]) -> StackConfig:
     """Validate config values given without the ``tessera:`` prefix (``region`` for tencentcloud:region).
 
-    The key named by ``cluster.kubeconfig.secret`` is a secret the program reads itself; it is
-    skipped here. Raises ConfigError listing every problem.
+    The keys that settings name as secrets (`tessera.model.secrets`) hold the secrets themselves,
+    which the program reads; they are set aside here. Any other secure value is a problem. Raises
+    ConfigError listing every problem.
     """
-    secret_key = _kubeconfig_secret_key(mapping)
-    data = {key: _maybe_json(value) for key, value in mapping.items() if key != secret_key}
-    problems = [Problem(key, "cannot be a secret; only the kubeconfig named by cluster.kubeconfig.secret can") for key, v in data.items() if _is_secure(v)]
+    secret_keys = named_in(mapping)
+    data = {key: _maybe_json(value) for key, value in mapping.items() if key not in secret_keys}
+    problems = [Problem(key, _NOT_A_SECRET) for key, v in data.items() if _is_secure(v)]
     if problems:
         raise ConfigError(problems)
     try:
         return StackConfig.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as error:
         raise ConfigError(problems_from_validation_error(error, StackConfig)) from None
+
+
+_NOT_A_SECRET: Final = "cannot be a secret: only a key that a setting names as a secret can be ({}); set this one in clear".format(
+    ", ".join(field.dotted for field in SECRET_FIELDS)
+)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -167,12 +164,17 @@ def stack_mapping(document: Any) -> dict[str, Any]:
             problems.append(Problem(key, f"must be a Pulumi secret: run `pulumi config set --secret {key} ...` or use the TENCENTCLOUD_* environment variables"))
         elif namespace == NAMESPACE:
             mapping[name] = value
-    secret_key = _kubeconfig_secret_key(mapping)
-    if secret_key is not None and secret_key in mapping and not _is_secure(mapping[secret_key]):
-        problems.append(Problem(f"{NAMESPACE}:{secret_key}", f"must be a Pulumi secret: run `pulumi config set --secret {NAMESPACE}:{secret_key} \"$(cat kubeconfig)\"`"))
+    for key, field in named_in(mapping).items():
+        if key in mapping and not _is_secure(mapping[key]):
+            problems.append(Problem(f"{NAMESPACE}:{key}", not_secret_problem(key, field)))
     if problems:
         raise ConfigError(problems + _model_problems(mapping))
     return mapping
+
+
+def not_secret_problem(key: str, field: SecretField) -> str:
+    """Why `tessera:<key>`, named by `field`, must not be set in clear."""
+    return f"must be a Pulumi secret ({field.dotted} names it): run `{field.set_command(key)}`"
 
 
 def load_stack_file(path: str | Path) -> StackConfig:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tessera.model.base import ConfigModel
-from tessera.model.values import DnsLabel, HttpUrl, LabelKey, Labels, Version
+from tessera.model.values import DnsLabel, HttpUrl, LabelKey, Labels, PulumiKey, Version
 
 MonitoringMode = Literal["kube-prometheus-stack", "existing", "none"]
 DEFAULT_PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"
@@ -28,7 +28,6 @@ DEFAULT_RUNBOOK_URL: Final = "https://github.com/tessera-gpu/tessera/blob/main/d
 _QUANTITY: Final = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _DURATION: Final = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 _SIZE: Final = re.compile(r"^[0-9]+(\.[0-9]+)?(B|KB|MB|GB|TB|PB|EB)$")
-_PULUMI_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
 def _quantity(value: str) -> str:
@@ -49,16 +48,9 @@ def _size(value: str) -> str:
     return value
 
 
-def _pulumi_key(value: str) -> str:
-    if not _PULUMI_KEY.match(value):
-        raise ValueError(f"{value!r} is not a config key name (without the tessera: prefix), e.g. grafanaAdminPassword")
-    return value
-
-
 Quantity = Annotated[str, AfterValidator(_quantity)]
 Duration = Annotated[str, AfterValidator(_duration)]
 RetentionSize = Annotated[str, AfterValidator(_size)]
-PulumiKey = Annotated[str, AfterValidator(_pulumi_key)]
 
 
 class Resources(ConfigModel):

@@ -40,6 +40,7 @@ from tessera.model.pools import (
     TimeSlicingConfig,
     TimeslicePool,
 )
+from tessera.model.secrets import SECRET_FIELDS
 from tessera.model.stack import StackConfig
 from tessera.model.workloads import (
     EnvVar,
@@ -225,7 +226,17 @@ def render() -> str:
         "**Credentials** never appear in clear in a stack file: Tencent Cloud keys come from",
         "`TENCENTCLOUD_SECRET_ID`/`TENCENTCLOUD_SECRET_KEY` or `pulumi config set --secret",
         "tencentcloud:secretKey`; an existing cluster's kubeconfig is a file path, an environment",
-        "variable, or a Pulumi secret named by `cluster.kubeconfig.secret`.",
+        "variable, or a Pulumi secret. A setting that names a secret holds only its key; the value goes",
+        "in with `pulumi config set --secret`, which stores it encrypted (`tessera:<key>: {secure: ...}`):",
+        "",
+        "| setting | set its secret with |",
+        "| --- | --- |",
+        *(f"| `{field.dotted}` | `{field.set_command('<key>')}` |" for field in SECRET_FIELDS),
+        "",
+        "`tessera validate`, `plan` and `render`, the Pulumi program and the package's components accept",
+        "these keys as secrets, and only these: any other secure value is an error, and so is a named",
+        "secret set in clear (`pulumi config set` without `--secret`). A named secret that is not set",
+        "stops `pulumi preview` with the command to run.",
         "",
     ]
     for heading, model in SECTIONS:

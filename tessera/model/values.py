@@ -199,7 +199,18 @@ def _repartition_layout(value: Any) -> int | str | dict[str, int]:
     return _counts(value, "a layout: shares per GPU (shared pools), replicas (timeslice pools) or a MIG layout (mig pools)")
 
 
+_PULUMI_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+def _pulumi_key(value: str) -> str:
+    if not _PULUMI_KEY.match(value):
+        raise ValueError(f"{value!r} is not a config key name (without the tessera: prefix), e.g. grafanaAdminPassword")
+    return value
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+PulumiKey = Annotated[str, AfterValidator(_pulumi_key)]
+"""The key of a Pulumi secret that a setting names (tessera.model.secrets lists every such setting)."""
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 Cidr = Annotated[str, AfterValidator(_cidr)]

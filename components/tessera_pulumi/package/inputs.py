@@ -26,8 +26,9 @@ from pydantic import ValidationError
 
 from tessera.model.errors import problems_from_validation_error
 from tessera.model.problems import PathPart, Problem, format_path
+from tessera.model.secrets import named_by
 from tessera.model.stack import StackConfig
-from tessera_pulumi.package.spec import SECRET_KEY_FIELDS, SECRETS_FIELD, ComponentSpec
+from tessera_pulumi.package.spec import SECRETS_FIELD, ComponentSpec
 
 REGION_KEY: Final = "tencentcloud:region"  # how the model names `region` in its problems (the stack file's key)
 NAMESPACE: Final = "tessera"
@@ -128,19 +129,11 @@ def _secret_problems(config: StackConfig, secrets: Any) -> list[Problem]:
     if _is_late(secrets):
         return []  # one output: its keys are checked when it resolves (_LateSecrets)
     known = secrets if isinstance(secrets, Mapping) else {}
-    problems: list[Problem] = []
-    for attributes in SECRET_KEY_FIELDS:
-        value: Any = config
-        path: list[PathPart] = []
-        for attribute in attributes:
-            if value is None:
-                break
-            info = type(value).model_fields[attribute]
-            path.append(info.alias or attribute)
-            value = getattr(value, attribute)
-        if isinstance(value, str) and value not in known:
-            problems.append(Problem(format_path(path), f"names the secret {value!r}, which {SECRETS_FIELD} does not hold; add it: {SECRETS_FIELD}: {{{value}: <the secret>}}"))
-    return problems
+    return [
+        Problem(field.dotted, f"names the secret {key!r}, which {SECRETS_FIELD} does not hold; add it: {SECRETS_FIELD}: {{{key}: <the secret>}}")
+        for key, field in named_by(config).items()
+        if key not in known
+    ]
 
 
 class _LateSecrets(Mapping[str, Any]):

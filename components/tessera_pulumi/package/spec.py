@@ -19,14 +19,6 @@ SECRETS_DESCRIPTION: Final = (
     "they stay secrets in the state. The stack-file route reads the same keys from `pulumi config set --secret tessera:<key>`."
 )
 
-# Config fields (Python attribute paths) whose value is the key of a secret: in the package that key
-# must be in `secrets`. A new field that names a Pulumi secret joins this list.
-SECRET_KEY_FIELDS: Final[tuple[tuple[str, ...], ...]] = (
-    ("cluster", "kubeconfig", "secret"),
-    ("monitoring", "kube_prometheus_stack", "grafana", "admin_password_secret"),
-)
-
-
 @dataclass(frozen=True)
 class ComponentSpec:
     """One component of the package: the stack config with `cluster.provider` fixed."""

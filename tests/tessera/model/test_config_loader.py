@@ -74,7 +74,9 @@ def test_unknown_keys_and_namespaces_are_errors_provider_namespaces_are_not(tmp_
 def test_kubeconfig_secret_must_be_a_pulumi_secret(tmp_path: Path) -> None:
     data = EXISTING_BASE | {"cluster": EXISTING_BASE["cluster"] | {"kubeconfig": {"secret": "kubeconfig"}}}  # type: ignore[operator]
     plain = _stack_text(data, {"tessera:kubeconfig": "apiVersion: v1"})
-    assert _problems(_write(tmp_path, plain)) == ['tessera:kubeconfig: must be a Pulumi secret: run `pulumi config set --secret tessera:kubeconfig "$(cat kubeconfig)"`']
+    assert _problems(_write(tmp_path, plain)) == [
+        'tessera:kubeconfig: must be a Pulumi secret (cluster.kubeconfig.secret names it): run `pulumi config set --secret tessera:kubeconfig "$(cat kubeconfig)"`'
+    ]
     secure = _stack_text(data, {"tessera:kubeconfig": {"secure": "v1:abc"}})
     assert load_stack_file(_write(tmp_path, secure)).cluster.kubeconfig.secret == "kubeconfig"  # type: ignore[union-attr]
 
@@ -89,7 +91,10 @@ def test_provider_credentials_must_be_secrets(tmp_path: Path) -> None:
 
 def test_secure_value_on_a_model_key_is_refused(tmp_path: Path) -> None:
     text = _stack_text(TKE_BASE, {"tessera:namespace": {"secure": "v1:xyz"}})
-    assert _problems(_write(tmp_path, text)) == ["namespace: cannot be a secret; only the kubeconfig named by cluster.kubeconfig.secret can"]
+    assert _problems(_write(tmp_path, text)) == [
+        "namespace: cannot be a secret: only a key that a setting names as a secret can be "
+        "(cluster.kubeconfig.secret, monitoring.kubePrometheusStack.grafana.adminPasswordSecret); set this one in clear"
+    ]
 
 
 @settings(max_examples=100, deadline=None)
