@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 STACK ?= dev
 VENV_STAMP := .venv/.installed
 
-.PHONY: install preview up test typecheck lint-imports lint-workflows unit render validate plan package-schema
+.PHONY: install tools preview up test typecheck lint-imports lint-workflows unit render validate plan package-schema
 
 $(VENV_STAMP): requirements.txt pyproject.toml
 	python3 -m venv .venv
@@ -53,4 +53,9 @@ lint-workflows: $(VENV_STAMP)
 	.venv/bin/shellcheck scripts/render-diff.sh
 	@echo "actionlint: $(words $(wildcard .github/workflows/*.yml)) workflow files ok"
 
-test: typecheck lint-imports lint-workflows unit
+# promtool (Debian's prometheus package) for the monitoring tests: installed when run as root, else one
+# line says what to run; TESSERA_SKIP_PROMTOOL=1 skips it and those tests
+tools:
+	@if [ "$${TESSERA_SKIP_PROMTOOL:-0}" != 1 ]; then bash scripts/install-promtool.sh; fi
+
+test: tools typecheck lint-imports lint-workflows unit

@@ -7,7 +7,7 @@ if command -v promtool >/dev/null 2>&1; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-  echo "promtool is missing; run as root: apt-get install -y prometheus (or set TESSERA_SKIP_PROMTOOL=1 to skip its tests locally)" >&2
+  echo "promtool is missing; run: sudo apt-get install -y prometheus (or TESSERA_SKIP_PROMTOOL=1 make test to skip its tests)" >&2
   exit 1
 fi
 guard=""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from tessera.model import ConfigError, StackConfig, load_stack_file
@@ -82,6 +83,9 @@ def _nodes(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
             return [dict(n) for n in load_files(args.nodes_from).nodes], f"file {', '.join(args.nodes_from)}"
         except SourceError as exc:
             raise NodesError(str(exc)) from None
+    if args.kubeconfig and not Path(args.kubeconfig).expanduser().is_file():
+        problem = "is a directory" if Path(args.kubeconfig).expanduser().is_dir() else "no such file"
+        raise NodesError(f"--kubeconfig {args.kubeconfig}: {problem}")
     from urllib3.exceptions import HTTPError
 
     from tessera.kube.api import KubeApiError, TransportError

@@ -152,6 +152,8 @@ def _model_problems(mapping: Mapping[str, Any]) -> list[Problem]:
 def stack_mapping(document: Any) -> dict[str, Any]:
     """The ``tessera:`` keys of a stack document (prefix removed) plus ``region``; ConfigError if malformed
     or when a key is in no namespace Tessera, its providers or Pulumi read."""
+    if isinstance(document, dict) and {"name", "runtime"} <= set(document):
+        raise ConfigError([Problem("", "a Pulumi project file (it has name: and runtime:), not a stack file; check the stack files, Pulumi.<stack>.yaml")])
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise ConfigError([Problem("", "not a Pulumi stack file: expected a top-level 'config:' mapping")])
     mapping: dict[str, Any] = {}

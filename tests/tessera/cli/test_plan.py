@@ -138,6 +138,17 @@ def test_plan_with_nodes_exits_2_with_one_line(tmp_path: Path, stack: str, nodes
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("where", ["missing", "directory"])
+def test_plan_names_a_kubeconfig_it_cannot_read(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "kubeconfig"
+    if where == "directory":
+        path.mkdir()
+    result = tessera("plan", LOCAL, "--kubeconfig", str(path))
+    assert result.returncode == 2
+    problem = "no such file" if where == "missing" else "is a directory"
+    assert result.stderr.splitlines() == [f"error: --kubeconfig {path}: {problem}"]
+
+
 def test_plan_lists_nodes_through_a_kubeconfig(tmp_path: Path) -> None:
     import yaml
     from json_api_stand_in import serving

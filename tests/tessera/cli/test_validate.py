@@ -128,3 +128,10 @@ def test_provider_and_pulumi_namespaces_stay_allowed(tmp_path: Path) -> None:
     path = _file(tmp_path, "Pulumi.providers.yaml", GOOD_HEAD + GOOD_POOLS + extra)
     result = tessera("validate", path)
     assert (result.returncode, result.stdout.strip()) == (0, f"{path}: ok")
+
+
+def test_a_pulumi_project_file_is_named_as_such() -> None:
+    result = tessera("validate", "examples/yaml-dev/Pulumi.yaml", "Pulumi.yaml")
+    assert result.returncode == 2
+    said = "a Pulumi project file (it has name: and runtime:), not a stack file; check the stack files, Pulumi.<stack>.yaml"
+    assert result.stdout.splitlines() == [f"examples/yaml-dev/Pulumi.yaml: {said}", f"Pulumi.yaml: {said}"]

@@ -1,4 +1,4 @@
-"""Running the real `promtool` (Debian's `prometheus` package, installed by .ci/run).
+"""Running the real `promtool` (Debian's `prometheus` package, installed by `make test` when run as root).
 
 A missing promtool fails these tests: CI must run them. Locally, `TESSERA_SKIP_PROMTOOL=1` skips
 them instead, and never under CI (`CI` set), where a skip would hide a broken install step.
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-INSTALL_HINT = "install it with `apt-get install -y prometheus` (Debian's package, as .ci/run does)"
+INSTALL_HINT = "install it with `apt-get install -y prometheus` (Debian's package, as `make test` does when run as root)"
 
 
 def promtool() -> str:
