@@ -8,7 +8,8 @@
 #
 # The skip list and the reason for each entry are in docs/deployment.md ("checkov"); keep both in
 # step. CKV_K8S_43 (image by digest) is skipped only for stacks that do not set
-# images.requireDigests, so a production stack that forgets a digest fails here.
+# images.requireDigests (every shipped stack until a release pins prod), so a stack that
+# requires digests and lacks one fails here.
 #
 # Environment: PYTHON (python for the venv, default python3.11), TESSERA_PYTHON (python with the
 # tessera package, default .venv/bin/python), CHECKOV_VENV (default .venv-checkov).
@@ -21,7 +22,7 @@ readonly TESSERA_PYTHON="${TESSERA_PYTHON:-$ROOT/.venv/bin/python}"
 # Each entry: why it cannot pass for a GPU node component or a second scheduler (docs/deployment.md).
 readonly SKIP_ALWAYS=(
   CKV_K8S_8    # liveness probe: the device plugin supervises its own kubelet registration
-  CKV_K8S_15   # imagePullPolicy Always: images are pinned by digest; pull policy is stack config
+  CKV_K8S_15   # imagePullPolicy Always: a digest-pinned stack gains nothing from it; pull policy is stack config
   CKV_K8S_16   # privileged: the node agent (freezer, MPS daemon, killing over-limit processes)
   CKV_K8S_17   # hostPID: the node agent maps NVML host PIDs to pods
   CKV_K8S_20   # allowPrivilegeEscalation: implied by privileged on the node agent

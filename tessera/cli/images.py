@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "images",
         help="resolve image digests into a lock file and pin stacks by them (used by the release workflow)",
-        description="Pin the stacks' images by the digests a release resolved. See docs/operations.md, 'Images and digests'.",
+        description="Pin the stacks' images by the digests a release resolved. See docs/operations.md, 'Release: release.yml — images and digests'.",
     )
     actions = parser.add_subparsers(dest="images_command", required=True, metavar="ACTION")
     lock = actions.add_parser("lock", help="resolve digests with a registry tool and write the lock file")
