@@ -180,17 +180,14 @@ class FragmentationMeasure:
         """What the memo and the compiled rows hold now, by the estimate the budget is kept with."""
         return self._bytes
 
-    def buckets(self, free_cpu: int, free_memory: int) -> tuple[int, int]:
-        """Where free CPU and RAM fall among the shapes' demands: all the measure reads of them."""
-        return bisect_right(self._cpu_cuts, free_cpu), bisect_right(self._mem_cuts, free_memory)
-
     @property
     def bucket_count(self) -> int:
         """How many values `bucket` takes (0 .. bucket_count - 1)."""
         return (len(self._cpu_cuts) + 1) * (len(self._mem_cuts) + 1)
 
     def bucket(self, free_cpu: int, free_memory: int) -> int:
-        """`buckets` as one int: a key without a tuple to hash or to keep."""
+        """Where free CPU and RAM fall among the shapes' demands (all the measure reads of them), as
+        one int: a key without a tuple to hash or to keep."""
         return bisect_right(self._cpu_cuts, free_cpu) * (len(self._mem_cuts) + 1) + bisect_right(self._mem_cuts, free_memory)
 
     def bucket_many(self, free_cpu: np.ndarray, free_memory: np.ndarray) -> np.ndarray:

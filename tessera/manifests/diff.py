@@ -256,11 +256,6 @@ def _entry_fields(base: Entry, head: Entry) -> list[FieldChange]:
     return out
 
 
-def diff_renders(base: Mapping[str, str], head: Mapping[str, str]) -> Diff:
-    """Added, removed and changed entries between two renders (file name -> text), in file order."""
-    return diff_entries(read_render(base), read_render(head))
-
-
 def diff_entries(old: Mapping[str, Entry], new: Mapping[str, Entry]) -> Diff:
     """The Diff of two renders already read by `read_render`."""
     out: list[EntryDiff] = []

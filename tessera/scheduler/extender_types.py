@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Final, NamedTuple, cast
 
 from tessera.httpd import json_bytes, plain_strings, string_map_json
 from tessera.kube.api import KubeObject
-from tessera.kube.shape import INT64_MAX, ShapeError, check_pod
+from tessera.kube.shape import ShapeError, check_pod
 
 MIN_EXTENDER_PRIORITY: Final = 0
 MAX_EXTENDER_PRIORITY: Final = 10  # kube-scheduler multiplies by weight and by 100/10
@@ -79,14 +79,6 @@ def _string(data: Mapping[str, Any], name: str, *, required: bool) -> str:
         return ""
     if not isinstance(value, str):
         raise WireError(f"must be a string, got {_kind(value)}", name)
-    return value
-
-
-def _int64(value: Any, path: str) -> int:
-    if value is None:
-        return 0
-    if type(value) is not int or not -INT64_MAX - 1 <= value <= INT64_MAX:
-        raise WireError(f"must be an integer (int64), got {_kind(value)}", path)
     return value
 
 

@@ -258,9 +258,6 @@ class ContainerRegistry:
     def all(self) -> list[RegisteredContainer]:
         return sorted(self.snapshot().values(), key=lambda c: (c.namespace, c.pod_name, c.container))
 
-    def on_gpu(self, gpu_uuid: str) -> list[RegisteredContainer]:
-        return [c for c in self.all() if gpu_uuid in c.gpu_uuids]
-
     # --- internals ---
     @contextlib.contextmanager
     def _edit(self) -> Iterator[dict[ContainerKey, RegisteredContainer]]:

@@ -102,9 +102,6 @@ class KubeletVersion:
             raise ValueError(f"kubelet {self.name} has no PodResources Get to enable")
         return KubeletVersion(self.name, self.has_get, pod_resources_get, self.qps, self.burst)
 
-    def without_rate_limit(self) -> KubeletVersion:
-        return KubeletVersion(self.name, self.has_get, self.get_enabled, 0.0, self.burst)
-
 
 KUBELET_1_26 = KubeletVersion("1.26", has_get=False, get_enabled=False)
 KUBELET_1_30 = KubeletVersion("1.30", has_get=True, get_enabled=False)  # what our stacks pin
