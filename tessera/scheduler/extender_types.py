@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Final, NamedTuple, cast
 
 from tessera.httpd import json_bytes, plain_strings, string_map_json
 from tessera.kube.api import KubeObject
-from tessera.kube.shape import ShapeError, check_pod
+from tessera.kube.shape import INT64_MAX, ShapeError, check_pod
 
 MIN_EXTENDER_PRIORITY: Final = 0
 MAX_EXTENDER_PRIORITY: Final = 10  # kube-scheduler multiplies by weight and by 100/10
