@@ -19,7 +19,8 @@ from typing import Any, Final
 
 from tessera.model.mig import MigStrategy, mig_replicas, resolve_layout
 from tessera.model.mig import cluster_mig_strategy as mig_cluster_strategy
-from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeSlicingConfig, TimeslicePool
+from tessera.model.pools import MigPool, PoolBase, TimeSlicingConfig, TimeslicePool
+from tessera.model.plan import needs_gpu_operator
 from tessera.model.stack import StackConfig
 from tessera.model.contract import NVIDIA_GPU, device_plugin_config_name, mig_config_name
 from tessera.model.labels_taints import MIG_DISABLED as MIG_DISABLED_CONFIG  # the entry that non-mig pools' nodes are labelled with
@@ -169,11 +170,3 @@ def pools_with_mig_capable_gpus(config: StackConfig) -> list[PoolBase]:
         if capable:
             out.append(pool)
     return out
-
-
-def needs_gpu_operator(config: StackConfig) -> bool:
-    """The operator serves nvidia/mig/timeslice pools; on shared pools it provides the container
-    toolkit and dcgm-exporter (its device plugin is switched off there by node label)."""
-    if not config.gpu_operator.enabled:
-        return False
-    return any(not isinstance(p, SharedPool) for p in config.node_pools) or config.monitoring.dcgm_exporter

@@ -247,13 +247,22 @@ def _scheduler_component(cfg: StackConfig) -> str:
     return f"{TESSERA_SCHEDULER} (kube-scheduler x{s.replicas} + extender x{s.extender.replicas}, each leader-elected)"
 
 
+def needs_gpu_operator(cfg: StackConfig) -> bool:
+    """Whether the stack installs gpu-operator: it serves nvidia, mig and timeslice pools; on shared
+    pools only dcgm-exporter needs it (Tessera's device plugin and the node's own container toolkit
+    do the rest). The one rule: the plan and the renderers (tessera.manifests.nvidia) both read it."""
+    if not cfg.gpu_operator.enabled:
+        return False
+    return any(not isinstance(p, SharedPool) for p in cfg.node_pools) or cfg.monitoring.dcgm_exporter
+
+
 def plan_stack(cfg: StackConfig) -> StackPlan:
     """The plan of a validated stack."""
     kinds = {p.kind for p in cfg.node_pools}
     cluster: list[str] = []
     if "shared" in kinds:
         cluster += [_scheduler_component(cfg), TESSERA_WEBHOOK]
-    if cfg.gpu_operator.enabled:
+    if needs_gpu_operator(cfg):
         cluster.append(GPU_OPERATOR)
     if any(p.repartition for p in cfg.node_pools):
         cluster.append(REPARTITION_JOB)

@@ -177,3 +177,29 @@ def test_plan_warns_when_a_pool_matches_fewer_nodes_than_min_size(tmp_path: Path
         "  pool local-shared (example.com/gpu-pool=local-shared): no node yet",
         "  warning: pool local-shared: its selector matches 0 node(s), fewer than minSize 1",
     ]
+
+
+# what each cluster component of `tessera plan` is in the output of `tessera render`
+RENDERED_AS: dict[str, tuple[str, ...]] = {
+    "tessera-scheduler": ("02-extender.yaml", "03-scheduler.yaml"),
+    "tessera-webhook": ("05-webhook.yaml",),
+    "gpu-operator": ("gpu-operator",),
+    "tessera-repartition": ("06-repartition.yaml",),
+    "kube-prometheus-stack": ("kube-prometheus-stack",),
+    "prometheus-adapter": ("prometheus-adapter",),
+}
+SHIPPED = ["stacks/Pulumi.dev.yaml", "stacks/Pulumi.prod.yaml", "stacks/Pulumi.local.yaml", "examples/triton/Pulumi.triton.yaml"]
+
+
+@pytest.mark.parametrize("stack_file", SHIPPED)
+def test_plan_lists_exactly_the_cluster_components_render_writes(tmp_path: Path, stack_file: str) -> None:
+    planned = tessera("plan", stack_file, "--json")
+    assert planned.returncode == 0, planned.stderr
+    components = {name.split(" ")[0] for name in json.loads(planned.stdout)["clusterComponents"]}
+    rendered = tessera("render", stack_file, "-o", str(tmp_path / "out"))
+    assert rendered.returncode == 0, rendered.stderr
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert components <= set(RENDERED_AS), components  # a new component joins the table above
+    for component, outputs in RENDERED_AS.items():
+        assert (component in components) == all(o in written for o in outputs), (component, sorted(written))
+        assert (component in components) == any(o in written for o in outputs), (component, sorted(written))
