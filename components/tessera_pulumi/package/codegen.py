@@ -461,6 +461,14 @@ def diff(current: str, wanted: str, path: str) -> str:
     return "".join(lines)
 
 
+def _shown(path: Path) -> str:
+    """`path` from the repository root, as a user types it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tessera_pulumi.package.codegen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff when args/ or schema.json is stale")
@@ -471,9 +479,13 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             sys.stdout.write(problem + f"\nargs/ is stale; run {REGENERATE}\n")
             return 1
+        print(f"{_shown(ARGS_DIR)}: {len(wanted)} files, up to date")
     else:
-        for path in write(ARGS_DIR, wanted):
-            print(f"wrote {path}" if path.exists() else f"removed {path}")
+        changed = write(ARGS_DIR, wanted)
+        for path in changed:
+            print(f"wrote {_shown(path)}" if path.exists() else f"removed {_shown(path)}")
+        if not changed:
+            print(f"{_shown(ARGS_DIR)}: {len(wanted)} files, already up to date")
     # the schema comes from the analyzer reading args/, so a fresh interpreter reads the new file
     schema = [sys.executable, "-m", "tessera_pulumi.package.schema", *(["--check"] if options.check else [])]
     return subprocess.run(schema, check=False).returncode

@@ -56,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             sys.stdout.write(problem + f"\ncomponents/schema.json is stale; run {REGENERATE}\n")
             return 1
+        print("components/schema.json: up to date")
         return 0
     if current != wanted:
         SCHEMA_PATH.write_text(wanted, encoding="utf-8")
-        print(f"wrote {SCHEMA_PATH}")
+        print("wrote components/schema.json")
+    else:
+        print("components/schema.json: already up to date")
     return 0
 
 

@@ -8,6 +8,7 @@ components (tessera_pulumi.package.schema). Both run in-process: no Pulumi CLI.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,13 @@ def test_regenerating_rewrites_a_stale_schema(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(schema, "SCHEMA_PATH", target)
     assert schema.main([]) == 0
     assert target.read_text(encoding="utf-8") == schema.render()
+
+
+def test_make_package_schema_says_what_it_did_also_when_nothing_changed() -> None:
+    # the committed tree is up to date (the tests above), so the check, as `make` runs it, says so
+    result = subprocess.run(["make", "-s", "package-schema", "PY=" + sys.executable], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        f"components/tessera_pulumi/package/args: {len(codegen.render())} files, already up to date",
+        "components/schema.json: already up to date",
+    ]
