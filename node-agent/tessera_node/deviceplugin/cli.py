@@ -15,6 +15,7 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tessera.model.contract import ENV_POOLS_FILE, LABEL_POOL
 from tessera.httpd.stopsignal import install_stop_handler
@@ -29,6 +30,9 @@ from tessera_node.deviceplugin.metrics import serve_metrics
 from tessera_node.gpu import open_backend
 from tessera_node.gpu.backend import GpuBackendError
 from tessera_node.gpu.spec import SpecError
+
+if TYPE_CHECKING:
+    from tessera_node.testing.kubelet_emulator import KubeletEmulator
 
 DEFAULTS = DevicePluginSettings(node_name="")
 ALLOCATE_DEFAULTS = AllocateSettings()
@@ -81,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fake-kube", action="store_true",
         help=f"use an in-memory API server holding only this node, in pool {FAKE_POOL!r}, and default every path under the temp directory (demos and tests)",
     )
+    parser.add_argument(
+        "--kubelet-emulator", action="store_true",
+        help="with --fake-kube: also run kubelet's side in this process (device plugin registration and the PodResources "
+        "socket, as kubelet 1.30 serves them), so the demo registers and prints ready: with no kubelet at all",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -113,6 +122,9 @@ def _print_ready(ready: Ready) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.kubelet_emulator and not args.fake_kube:
+        print("error: --kubelet-emulator stands in for kubelet in a demo; it needs --fake-kube", file=sys.stderr)
+        return 2
     node_name = args.node_name or ("sim-node" if args.simulate and args.fake_kube else "")
     if not node_name:
         print("error: no node name; pass --node-name or set NODE_NAME (downward API spec.nodeName)", file=sys.stderr)
@@ -162,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {args.metrics_host}:{args.metrics_port}: {exc}; pick another --metrics-port", file=sys.stderr)
         return 2
     print(f"tessera device plugin: metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
+    kubelet = _start_kubelet_emulator(device_plugin_dir, pod_resources_socket, kube) if args.kubelet_emulator else None
     try:
         plugin.run(stop)
     except GpuBackendError as exc:
@@ -169,4 +182,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         server.stop(drain_s=1.0)
+        if kubelet is not None:
+            kubelet.stop()
     return 0
+
+
+def _start_kubelet_emulator(device_plugin_dir: Path, pod_resources_socket: Path, kube: KubeApi) -> KubeletEmulator:
+    """kubelet's two sockets for the demo: the one the tests drive the plugin with."""
+    from tessera_node.testing.kubelet_emulator import KubeletEmulator
+
+    return KubeletEmulator(device_plugin_dir, pod_resources_socket, kube).start()

@@ -93,3 +93,31 @@ def test_a_demo_writes_only_under_the_temp_directory() -> None:
             proc.wait(5)
         kubelet.stop()
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_demo_with_its_own_kubelet_reaches_ready_offline_and_stops_cleanly() -> None:
+    """`--simulate ... --fake-kube --kubelet-emulator`: nothing else running, as a user tries it."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="dpkub", dir="/tmp"))
+    root = tmp_path / "tessera-sim-node"
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "TESSERA_POOLS_FILE")} | {"TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(_cli("--simulate", "H200-141GB:8", "--fake-kube", "--kubelet-emulator", "--metrics-port", "0"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until ready: (or EOF if it died)
+        assert line.startswith(f"ready: serving tessera.dev/gpu-core (800 devices on 8 GPUs: 8 x H200-141GB) on {root / 'device-plugins' / 'tessera-gpu-core.sock'}"), line
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err
+        assert not (root / "device-plugins" / "tessera-gpu-core.sock").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_kubelet_emulator_is_only_for_the_demo(tmp_path: Path) -> None:
+    result = subprocess.run(_cli("--simulate", "T4:1", "--node-name", "n", "--kubelet-emulator"), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --kubelet-emulator stands in for kubelet in a demo; it needs --fake-kube"
