@@ -299,7 +299,7 @@ def _simulated_fill(args: argparse.Namespace, fake: Any) -> Callable[[Any], None
 
     def load(service: Any) -> None:
         try:
-            result = fill(fake, service.state, service.binder, cycle(trace), args.simulate_fill)
+            result = fill(fake, service.state, service.binder, cycle(trace), args.simulate_fill, on_progress=_fill_progress)
         except FillError as exc:
             raise _FillFailed(str(exc)) from None
         print(
@@ -309,3 +309,7 @@ def _simulated_fill(args: argparse.Namespace, fake: Any) -> Callable[[Any], None
         )
 
     return load
+
+
+def _fill_progress(progress: Any) -> None:
+    print(progress.line(), file=sys.stderr, flush=True)  # stdout keeps the one summary line

@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +81,19 @@ def cycle(trace: Sequence[PodRequest]) -> Iterator[PodRequest]:
         yield from trace
 
 
+@dataclass(frozen=True)
+class FillProgress:
+    """How far a fill has got."""
+
+    bound: int
+    allocated_share: float
+    target: float
+    seconds: float
+
+    def line(self) -> str:
+        return f"simulated fill: {self.bound} pods bound, {100 * self.allocated_share:.1f} % of the GPUs of {100 * self.target:.0f} %, {self.seconds:.0f} s"
+
+
 def fill(
     api: FakeKubeApi,
     state: SchedulerState,
@@ -91,11 +104,14 @@ def fill(
     prefix: str = FILL_PREFIX,
     namespace: str = FILL_NAMESPACE,
     max_arrivals: int | None = None,
+    on_progress: Callable[[FillProgress], None] | None = None,
+    progress_every_s: float = 5.0,
 ) -> FillResult:
     """Bind arrivals until `target` (share of healthy GPU capacity) is allocated or nothing fits.
     No HTTP request may run meanwhile. The cache is first given the API's nodes (a no-op for
-    nodes it holds already)."""
+    nodes it holds already). `on_progress` hears how far it got about every `progress_every_s`."""
     started = time.perf_counter()
+    reported = started
     state.replace_nodes(api.list_nodes())
     with state.lock:
         # copies carry the GPUs' and hosts' usage and the mix seen so far, so pods already placed
@@ -136,4 +152,7 @@ def fill(
         mirror.reserve(request, placement)
         bound += 1
         allocated += request.gpu_milli_total
+        if on_progress is not None and time.perf_counter() - reported >= progress_every_s:
+            reported = time.perf_counter()
+            on_progress(FillProgress(bound, allocated / max(capacity.capacity_milli, 1), target, reported - started))
     return FillResult(sent, bound, unplaced, allocated / MILLI_PER_GPU, capacity.gpus, time.perf_counter() - started)

@@ -144,6 +144,19 @@ def test_fill_stops_at_the_target_share_and_the_informers_restore_every_record(f
     assert len(api.list_configmaps()) == result.bound  # one allocation ConfigMap per bound pod
 
 
+def test_a_long_fill_reports_its_progress_as_it_goes(files: tuple[Path, Path], services: list[ExtenderService]) -> None:
+    nodes_csv, pods_csv = files
+    api = simulated_api(nodes_csv)
+    service = _service(api)
+    services.append(service)
+    heard: list[str] = []
+    result = fill(api, service.state, service.binder, cycle(trace_arrivals(pods_csv, seed=1)), 0.5,
+                  on_progress=lambda p: heard.append(p.line()), progress_every_s=0.0)
+    assert len(heard) == result.bound  # every bind, at this interval
+    assert heard[0].startswith("simulated fill: 1 pods bound, ") and heard[0].endswith(" s")
+    assert f"simulated fill: {result.bound} pods bound, {100 * result.allocated_share:.1f} % of the GPUs of 50 %" in heard[-1]
+
+
 def test_fill_gives_up_when_nothing_fits(tmp_path: Path, services: list[ExtenderService]) -> None:
     nodes = tmp_path / "nodes.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nsmall,32000,131072,1,T4\n")

@@ -64,3 +64,25 @@ def test_failed_shapes_are_named_in_words(tmp_path: Path, capsys: pytest.Capture
     assert main(["sim", "replay", "--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "  failed  2 (66.7 %) pods (fit on no node; not retried): 1 asking 0.7 GPU, 1 asking 2 GPUs\n" in out
+
+
+def test_progress_reaches_a_log_that_is_not_a_terminal(tmp_path: Path) -> None:
+    """In CI or through a pipe there is no bar to redraw: plain lines, the last one at the end."""
+    import subprocess
+    import sys
+
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    trace = ["--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv")]
+    replay = subprocess.run([sys.executable, "-m", "tessera.cli.main", "sim", "replay", *trace], capture_output=True, text=True, timeout=120)
+    assert replay.returncode == 0, replay.stderr
+    assert re.fullmatch(r"replay fragmentation-aware: 6/6 pods, [\d.]+ s", replay.stderr.splitlines()[-1]), replay.stderr
+    assert "\r" not in replay.stderr
+    compare = subprocess.run(
+        [sys.executable, "-m", "tessera.cli.main", "sim", "compare", *trace, "--policies", "binpack,fgd", "--seeds", "1", "--out", str(tmp_path / "cmp")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert compare.returncode == 0, compare.stderr
+    assert [line.split(":")[0] for line in compare.stderr.splitlines()] == ["binpack seed 1", "fgd seed 1"], compare.stderr
+    quiet = subprocess.run([sys.executable, "-m", "tessera.cli.main", "sim", "replay", *trace, "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == ""
