@@ -31,8 +31,8 @@ class HttpLimits:
     """What one server accepts; each endpoint sets its own body limit.
 
     max_body_bytes: a larger body gets 413 before it is read (the connection then closes).
-    max_connections: connections kept open once each has had its grace (`occupancy.Place`: 0.1 s
-        for a request to arrive, 0.25 s idle, 0.5 s for a reply to be taken). Beyond it, the
+    max_connections: connections kept open once each has had its grace (`request_grace_s` for a
+        request to arrive, 0.25 s idle, 0.5 s for a reply to be taken: `occupancy.Place`). Beyond it, the
         connection that has waited longest for its client is closed to make room (silent, still
         sending a request, idle between requests, or not taking its reply); one whose request is
         being answered never is. Also the most requests answered at once, one worker thread
@@ -47,6 +47,11 @@ class HttpLimits:
         client trickling one byte at a time (slowloris) is cut off. A new connection must finish
         its TLS handshake within it, then send its first request in full within it. Default
         10 s (kube-scheduler's httpTimeout and the webhook's timeoutSeconds are both shorter).
+    request_grace_s: how long a new connection may take to send its request (or finish its TLS
+        handshake) before it may be closed to make room; 0.1 s by default, ample for a client
+        that writes its request right after connecting. Longer trades room for clients that
+        may be starved of CPU between connecting and writing (the tests' bursts of a hundred
+        client threads in the server's own process).
     idle_timeout_s: how long a keep-alive connection may wait for its next request. Default
         120 s: longer than Go's `http.Transport.IdleConnTimeout` (90 s, which kube-scheduler's
         extender client and the API server's webhook client use), so the client closes idle
@@ -59,18 +64,20 @@ class HttpLimits:
     backlog: int = 1024
     request_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
+    request_grace_s: float = 0.1
 
     @classmethod
     def of(cls, settings: object) -> HttpLimits:
         """The limits a server's settings carry: its attributes named as these fields (the
-        extender's and the webhook's ServerSettings each choose their own defaults)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+        extender's and the webhook's ServerSettings each choose their own defaults; a field
+        they do not name keeps the default here)."""
+        return cls(**{f.name: getattr(settings, f.name, f.default) for f in fields(cls)})
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_connections", "backlog"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("request_timeout_s", "idle_timeout_s"):
+        for name in ("request_timeout_s", "idle_timeout_s", "request_grace_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 

@@ -68,7 +68,7 @@ class ConnectionLoop(abc.ABC):
         self._selector = selectors.DefaultSelector()
         self._mailbox = Mailbox()
         self._selector.register(self._mailbox.receiver, _READ, _Source.WAKE)
-        self._conns = Occupancy()
+        self._conns = Occupancy(limits.request_grace_s)
         self._pipelined: deque[Connection] = deque()
         self._workers = WorkerPool(limits.max_connections, name)
         self._date = HttpDate()

@@ -13,7 +13,7 @@ A connection waits in one of four places (`Place`), oldest first:
 
 A connection whose request a worker is answering has no place: it is never closed to make room.
 To make room, a lingering connection goes first, else whichever has waited longest among those
-that have waited longer than their place's grace (`Place.grace_s`).
+that have waited longer than their place's grace (`Place.grace_s`, the request's per server).
 
 Deadlines sit in a heap; moving a connection's deadline leaves its old entry behind, skipped
 when it comes up and dropped when the heap outgrows the connections.
@@ -39,7 +39,8 @@ class Place(enum.Enum):
 
     @property
     def grace_s(self) -> float:
-        """How long a connection must have waited here before it may be closed to make room."""
+        """How long a connection must have waited here before it may be closed to make room
+        (REQUEST: the default; a server may set its own, `HttpLimits.request_grace_s`)."""
         return _GRACE_S[self]
 
 
@@ -63,7 +64,8 @@ _GRACE_S: Final = MappingProxyType(
 class Occupancy:
     """The loop's connections; used from the loop's thread only (`len` from any)."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_grace_s: float | None = None) -> None:
+        self._grace = dict(_GRACE_S) | ({} if request_grace_s is None else {Place.REQUEST: request_grace_s})
         self._conns: set[Connection] = set()
         self._answering: set[Connection] = set()  # in no place: a worker answers them
         self._places: dict[Place, OrderedDict[Connection, None]] = {p: OrderedDict() for p in Place}
@@ -116,12 +118,12 @@ class Occupancy:
         closing = self._places[Place.CLOSING]
         if closing:
             return next(iter(closing))
-        past = [c for c, place in self._oldest() if now - c.waiting_since >= place.grace_s]
+        past = [c for c, place in self._oldest() if now - c.waiting_since >= self._grace[place]]
         return min(past, key=lambda c: c.waiting_since) if past else None
 
     def next_evictable_at(self) -> float | None:
         """When some connection may be closed to make room, if none may now."""
-        return min((c.waiting_since + place.grace_s for c, place in self._oldest()), default=None)
+        return min((c.waiting_since + self._grace[place] for c, place in self._oldest()), default=None)
 
     def _oldest(self) -> list[tuple[Connection, Place]]:
         return [(next(iter(conns)), place) for place, conns in self._places.items() if conns]

@@ -90,3 +90,15 @@ def test_a_kept_alive_client_reusing_its_connection_at_once_is_never_cut(capped:
         kept.close()
         for sock in hostile:
             sock.close()
+
+
+def test_a_longer_request_grace_keeps_connections_that_have_not_written_yet() -> None:
+    service = start_toy(max_connections=CAP, request_timeout_s=30.0, idle_timeout_s=30.0, request_grace_s=5.0)
+    quiet = [Hostile.SILENT.open(service.port) for _ in range(3 * CAP)]
+    try:
+        assert _get_ok(service.port) == 200  # taken in beside them (the backlog's room)
+        assert not closed_by_peer(quiet[0], wait_s=1.0)  # within its 5 s grace: not closed to make room
+    finally:
+        for sock in quiet:
+            sock.close()
+        service.server.stop(drain_s=1.0)
