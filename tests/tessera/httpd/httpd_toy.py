@@ -2,6 +2,7 @@
 A uniquely named module (not `conftest`), so test modules can import it unambiguously."""
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 
@@ -58,3 +59,13 @@ class ToyService:
 def start_toy(**limits: float) -> ToyService:
     base = {"max_body_bytes": 16384, "request_timeout_s": 2.0, "idle_timeout_s": 30.0}
     return ToyService(HttpLimits(**{**base, **limits}))  # type: ignore[arg-type]
+
+
+def get_ok(port: int) -> int:
+    """The status of one GET /ok on a new connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/ok")
+        return conn.getresponse().status
+    finally:
+        conn.close()

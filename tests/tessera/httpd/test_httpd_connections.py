@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from httpd_toy import ToyService, start_toy
+from httpd_toy import ToyService, get_ok, start_toy
 from raw_http import RawConnection, burst, exchange, request_line
 
 
@@ -15,15 +15,6 @@ from raw_http import RawConnection, burst, exchange, request_line
 def small() -> ToyService:
     """Two connection slots and short timeouts, so the limits are reached with a few sockets."""
     return start_toy(max_connections=2, request_timeout_s=0.5, idle_timeout_s=30.0)
-
-
-def _get_ok(port: int) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", "/ok")
-        return conn.getresponse().status
-    finally:
-        conn.close()
 
 
 def test_a_slowloris_client_gets_408_and_is_cut_off(small: ToyService) -> None:
@@ -38,7 +29,7 @@ def test_a_slowloris_client_gets_408_and_is_cut_off(small: ToyService) -> None:
         sent += 1
         time.sleep(0.05)
         if sent == 10:
-            assert _get_ok(small.port) == 200  # others are served meanwhile
+            assert get_ok(small.port) == 200  # others are served meanwhile
     reply = conn.read_response()
     assert reply is not None and reply.status == 408 and reply.json()["error"] == "request not complete within 0.5 s"
     assert conn.is_closed_by_peer()
@@ -47,7 +38,7 @@ def test_a_slowloris_client_gets_408_and_is_cut_off(small: ToyService) -> None:
 
 def test_silent_connections_cannot_take_every_slot(small: ToyService) -> None:
     silent = [RawConnection.open(small.port) for _ in range(4)]  # twice the slots; none says a word
-    assert _get_ok(small.port) == 200
+    assert get_ok(small.port) == 200
     assert all(c.is_closed_by_peer() for c in silent)  # cut to make room, or after the request timeout
     for c in silent:
         c.close()

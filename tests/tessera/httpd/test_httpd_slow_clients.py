@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from httpd_toy import ToyService, start_toy
+from httpd_toy import ToyService, get_ok, start_toy
 from raw_http import Hostile, RawConnection, closed_by_peer, exchange, request_line
 
 CAP = 4
@@ -22,15 +22,6 @@ def capped() -> Iterator[ToyService]:
     yield service
     service.release.set()
     service.server.stop(drain_s=1.0)
-
-
-def _get_ok(port: int) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", "/ok")
-        return conn.getresponse().status
-    finally:
-        conn.close()
 
 
 def _post_json(port: int) -> tuple[int, bytes]:
@@ -50,7 +41,7 @@ _PATHS = {Hostile.NO_READ: "/big"}
 def test_three_times_the_cap_of_slow_clients_never_keep_a_request_out(capped: ToyService, kind: Hostile) -> None:
     hostile = [kind.open(capped.port, path=_PATHS.get(kind, "/json")) for _ in range(3 * CAP)]
     try:
-        assert _get_ok(capped.port) == 200
+        assert get_ok(capped.port) == 200
         assert _post_json(capped.port) == (200, b'{"type":"dict","bytes":13}')
         assert closed_by_peer(hostile[0])  # the oldest made room
     finally:
@@ -65,7 +56,7 @@ def test_the_connections_closed_to_make_room_are_the_oldest_hostile_ones(capped:
     assert capped.entered.wait(10)  # a well-behaved request in progress holds one of the CAP slots
     hostile = [kind.open(capped.port, path="/json") for kind in [Hostile.SILENT, Hostile.HEAD, Hostile.BODY] * 3]
     try:
-        assert _get_ok(capped.port) == 200  # a newcomer gets in, closing the oldest hostile one
+        assert get_ok(capped.port) == 200  # a newcomer gets in, closing the oldest hostile one
         assert closed_by_peer(hostile[0])
         assert not closed_by_peer(hostile[-1], wait_s=1.0)  # the newest waits on (deadline: 30 s)
         capped.release.set()
@@ -96,7 +87,7 @@ def test_a_longer_request_grace_keeps_connections_that_have_not_written_yet() ->
     service = start_toy(max_connections=CAP, request_timeout_s=30.0, idle_timeout_s=30.0, request_grace_s=5.0)
     quiet = [Hostile.SILENT.open(service.port) for _ in range(3 * CAP)]
     try:
-        assert _get_ok(service.port) == 200  # taken in beside them (the backlog's room)
+        assert get_ok(service.port) == 200  # taken in beside them (the backlog's room)
         assert not closed_by_peer(quiet[0], wait_s=1.0)  # within its 5 s grace: not closed to make room
     finally:
         for sock in quiet:
