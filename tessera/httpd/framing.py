@@ -71,7 +71,7 @@ class HttpLimits:
         """The limits a server's settings carry: its attributes named as these fields (the
         extender's and the webhook's ServerSettings each choose their own defaults; a field
         they do not name keeps the default here)."""
-        return cls(**{f.name: getattr(settings, f.name, f.default) for f in fields(cls)})
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls) if hasattr(settings, f.name)})
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_connections", "backlog"):
