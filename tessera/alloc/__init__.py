@@ -1,4 +1,4 @@
-"""Tessera's allocation model and placement policies (pure Python, no I/O).
+"""Tessera's allocation model and placement policies (no I/O; numpy where nodes are scored in batches).
 
 Public API (used by the scheduler extender `tessera.scheduler` and the simulator `tessera.sim`):
 
@@ -30,7 +30,9 @@ Public API (used by the scheduler extender `tessera.scheduler` and the simulator
   `tessera.dev/gpu-placement` when set. Online pods avoid GPUs with offline work; offline pods
   pack onto GPUs that already hold offline work.
 
-May import `tessera.model` only (stdlib otherwise): the extender, the simulator and the tests share it.
+May import `tessera.model` only, the standard library and numpy otherwise (numpy in the batch
+paths: `capacity_table`, `evaluation_cache`, `fragmentation`, `frag_batch`, `frag_policy`,
+`frag_simple`): the extender, the simulator and the tests share it.
 """
 from tessera.alloc.cluster import Cluster, Usage
 from tessera.alloc.scores import extender_scores
