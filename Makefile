@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 STACK ?= dev
 VENV_STAMP := .venv/.installed
 
-.PHONY: install tools preview up test typecheck lint-imports lint-workflows unit render validate plan package-schema
+.PHONY: install tools preview up test typecheck lint-imports lint-workflows deadcode unit render validate plan package-schema
 
 $(VENV_STAMP): requirements.txt pyproject.toml
 	python3 -m venv .venv
@@ -58,4 +58,8 @@ lint-workflows: $(VENV_STAMP)
 tools:
 	@if [ "$${TESSERA_SKIP_PROMTOOL:-0}" != 1 ]; then bash scripts/install-promtool.sh; fi
 
-test: tools typecheck lint-imports lint-workflows unit
+# unused functions, classes, methods and imports in production code (vulture; tests and benchmarks count as users)
+deadcode: $(VENV_STAMP)
+	$(PY) scripts/deadcode.py
+
+test: tools typecheck lint-imports lint-workflows deadcode unit
