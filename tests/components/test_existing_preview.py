@@ -4,7 +4,6 @@ which nodes join which pool, and stops before declaring anything when the pools 
 from __future__ import annotations
 
 import json
-import runpy
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import yaml
 from json_api_stand_in import serving
 from pulumi.runtime.settings import ROOT as ROOT_RESOURCE, get_root_resource
-from pulumi_program_mocks import ROOT, RecordingMocks, start_mocks
+from pulumi_program_mocks import RecordingMocks, run_main_py
 
 from tessera_pulumi.existing import NodeListError, ResolvedKubeconfig, list_cluster_nodes
 
@@ -72,17 +71,8 @@ def logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
 
 
 def _preview(kubeconfig: Path, pools: list[dict[str, Any]]) -> tuple[RecordingMocks, BaseException | None]:
-    mocks, _ = start_mocks()
     cluster = {"provider": "existing", "name": "lab", "kubernetesVersion": "1.30.0", "kubeconfig": {"path": str(kubeconfig)}}
-    pulumi.runtime.set_all_config({"tessera:cluster": json.dumps(cluster), "tessera:nodePools": json.dumps(pools)})
-    failure: BaseException | None = None
-    try:
-        pulumi.runtime.test(lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"))()
-    except pulumi.RunError as err:
-        failure = err
-    finally:
-        pulumi.runtime.set_all_config({})
-    return mocks, failure
+    return run_main_py({"tessera:cluster": json.dumps(cluster), "tessera:nodePools": json.dumps(pools)})
 
 
 def test_preview_lists_the_nodes_and_shows_which_join_which_pool(tmp_path: Path, logs: dict[str, list[str]]) -> None:

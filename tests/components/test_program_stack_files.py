@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import runpy
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ import pytest
 import yaml
 from json_api_stand_in import serving
 from pulumi.runtime.settings import ROOT as ROOT_RESOURCE
-from pulumi_program_mocks import ROOT, FAKE_KUBECONFIG, secret_value, start_mocks
+from pulumi_program_mocks import FAKE_KUBECONFIG, ROOT, run_main_py, secret_value
 
 from tessera.model.secrets import named_in
 
@@ -106,19 +105,13 @@ def run_main(config: dict[str, str], secret_keys: list[str]) -> ProgramRun:
     """The real `__main__.py` under mocks, as `pulumi preview` runs it, in a stack of its own (its
     exports must not reach other tests' stacks)."""
     ROOT_RESOURCE.set(None)
-    mocks, _ = start_mocks()
     errors: list[str] = []
-    pulumi.runtime.set_all_config(config, secret_keys)
     original = pulumi.log.error
     pulumi.log.error = lambda msg, *args, **kwargs: errors.append(msg)  # type: ignore[assignment]
-    failure: BaseException | None = None
     try:
-        pulumi.runtime.test(lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"))()
-    except pulumi.RunError as err:
-        failure = err
+        mocks, failure = run_main_py(config, secret_keys)
     finally:
         pulumi.log.error = original
-        pulumi.runtime.set_all_config({}, [])
         ROOT_RESOURCE.set(None)
     return ProgramRun(list(mocks.resources), errors, failure)
 

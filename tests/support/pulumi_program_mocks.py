@@ -5,7 +5,8 @@
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import runpy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -95,6 +96,20 @@ def start_mocks() -> tuple[RecordingMocks, RecordingMonitor]:
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="tessera", stack="test", preview=False, monitor=monitor)
     return mocks, monitor
+
+
+def run_main_py(config: Mapping[str, str], secret_keys: Sequence[str] = ()) -> tuple[RecordingMocks, BaseException | None]:
+    """The real `__main__.py` under mocks, as `pulumi preview` runs it with this engine config and
+    these keys held as secrets; what it declared, and the RunError it stopped with, if any."""
+    mocks, _ = start_mocks()
+    pulumi.runtime.set_all_config(dict(config), list(secret_keys))
+    try:
+        pulumi.runtime.test(lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"))()
+    except pulumi.RunError as err:
+        return mocks, err
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+    return mocks, None
 
 
 # the secret config values the stack files name (prod's Grafana admin password); `secrets=None` uses them
