@@ -152,9 +152,6 @@ class ServiceClient:
         status, data = self.post_raw(verb if verb.startswith("/") else "/" + verb, json.dumps(payload).encode())
         return status, json.loads(data) if data else None
 
-    def get(self, path: str) -> tuple[int, str]:
-        raise NotImplementedError("kube-scheduler only POSTs to the extender")
-
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()

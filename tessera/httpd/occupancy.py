@@ -13,7 +13,8 @@ A connection waits in one of four places (`Place`), oldest first:
 
 A connection whose request a worker is answering has no place: it is never closed to make room.
 To make room, a lingering connection goes first, else whichever has waited longest among those
-that have waited longer than their place's grace (`Place.grace_s`, the request's per server).
+that have waited longer than their place's grace (`_GRACE_S`; the request's is set per server,
+`HttpLimits.request_grace_s`).
 
 Deadlines sit in a heap; moving a connection's deadline leaves its old entry behind, skipped
 when it comes up and dropped when the heap outgrows the connections.
@@ -37,13 +38,9 @@ class Place(enum.Enum):
     REPLY = "reply"
     CLOSING = "closing"
 
-    @property
-    def grace_s(self) -> float:
-        """How long a connection must have waited here before it may be closed to make room
-        (REQUEST: the default; a server may set its own, `HttpLimits.request_grace_s`)."""
-        return _GRACE_S[self]
 
-
+# How long a connection must have waited in each place before it may be closed to make room
+# (REQUEST: the default; a server may set its own, `HttpLimits.request_grace_s`).
 _GRACE_S: Final = MappingProxyType(
     {
         # Ample for a well-behaved client to send its request (or finish its TLS handshake)
