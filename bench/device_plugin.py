@@ -50,7 +50,7 @@ from typing import Any
 
 from tessera.model.contract import GPU_CORE, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
-from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.registry import ContainerRegistry
 from tessera_node.deviceplugin.api.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings, inventory_from_backend
 from tessera_node.deviceplugin.publish import NodeReport, publish

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tessera.model.contract import ENV_POOLS_FILE, EXTENDER_LEASE, EXTENDER_PORT, TESSERA_NAMESPACE
+from tessera.model.pools_file import PoolsFileError, load_pools_file
 from tessera.model.leader_election import (
     DEFAULT_LEASE_DURATION_S,
     DEFAULT_RENEW_DEADLINE_S,
@@ -89,7 +90,7 @@ def register(sub: Any) -> None:
         type=Path,
         default=os.environ.get(ENV_POOLS_FILE) or None,
         metavar="PATH",
-        help=f"pools file (pool -> placement, policy, sharesPerGpu); default ${ENV_POOLS_FILE}, else node labels only",
+        help=f"pools file (the mounted tessera-pools ConfigMap): its entry for a node's pool wins over the node's policy labels, re-read when it changes (default ${ENV_POOLS_FILE}, else labels only)",
     )
     serve.add_argument("--assume-ttl", type=float, default=300.0, help="seconds an annotated but unbound pod keeps its GPUs (default 300)")
     serve.add_argument(
@@ -209,6 +210,12 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.preempt_budget > 0:
         print(f"error: --preempt-budget must be more than 0 seconds, got {args.preempt_budget}", file=sys.stderr)
         return 2
+    if args.pools_file is not None:
+        try:
+            load_pools_file(Path(args.pools_file))
+        except PoolsFileError as exc:
+            print(f"error: --pools-file {exc}", file=sys.stderr)
+            return 2
     host = args.bind_address or ("127.0.0.1" if args.simulate else "0.0.0.0")
     simulate = args.simulate is not None
     election = _election(args)

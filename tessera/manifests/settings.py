@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tessera.model.contract import TESSERA_NAMESPACE, GpuPlacement, NodePlacement, SharingPolicy
+from tessera.model.contract import TESSERA_NAMESPACE, NodePlacement
 from tessera.model.leader_election import LeaderElectionTiming
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY, PoolPolicy
 
 if TYPE_CHECKING:  # the adapter is the only place that knows the config model
     from tessera.model.stack import StackConfig
@@ -18,28 +19,15 @@ if TYPE_CHECKING:  # the adapter is the only place that knows the config model
 
 @dataclass(frozen=True)
 class SharedPool:
-    """One `shared` pool's sharing settings, as the extender, agent and webhook read them."""
+    """One `shared` pool's sharing policy, as its pools-file entry carries it."""
 
     name: str
-    policy: SharingPolicy = "best-effort"
-    placement: GpuPlacement = "binpack"
-    online_offline: bool = False
-    qgpu_aliases: bool = False
-    memory_enforcement: str = "enforce"
-    offline_resume_idle_seconds: float = 2.0
-    shares_per_gpu: int | None = None
-    """At most this many containers per GPU; None = limited only by 100 gpu-core units."""
+    policy: PoolPolicy = DEFAULT_POOL_POLICY
+    shares_from_labels: bool = False
+    """Scheduled re-partitioning owns the pool's shares per GPU (on the node label)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy,
-            "placement": self.placement,
-            "onlineOffline": self.online_offline,
-            "qgpuAliases": self.qgpu_aliases,
-            "memoryEnforcement": self.memory_enforcement,
-            "offlineResumeIdleSeconds": self.offline_resume_idle_seconds,
-            "sharesPerGpu": self.shares_per_gpu,
-        }
+        return self.policy.pools_entry(shares_from_labels=self.shares_from_labels)
 
 
 @dataclass(frozen=True)
@@ -121,16 +109,7 @@ DEFAULT_KUBERNETES_VERSION = "1.30.0"
 def platform_settings(config: StackConfig) -> PlatformSettings:
     """The adapter: a validated StackConfig -> the settings the builders read."""
     shared = tuple(
-        SharedPool(
-            name=p.name,
-            policy=p.sharing.policy,
-            placement=p.sharing.placement,
-            online_offline=p.sharing.online_offline,
-            qgpu_aliases=p.sharing.qgpu_aliases,
-            memory_enforcement=p.sharing.memory_enforcement,
-            offline_resume_idle_seconds=p.sharing.offline_resume_idle_seconds,
-            shares_per_gpu=p.sharing.shares_per_gpu,
-        )
+        SharedPool(name=p.name, policy=p.sharing.pool_policy(), shares_from_labels=bool(p.repartition))
         for p in sorted(config.node_pools, key=lambda p: p.name)
         if p.kind == "shared"
     )

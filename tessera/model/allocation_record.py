@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from tessera.model.pool_policy import read_pool_policy
 from tessera.model.contract import (
     ALLOCATION_ENV_KEYS,
-    LABEL_SHARING_POLICY,
     ANNOTATION_ALLOCATION_CONFIGMAP,
     Allocation,
     GpuShare,
@@ -26,15 +26,14 @@ from tessera.model.contract import (
 KubeObject = dict[str, Any]  # a Kubernetes object as JSON (tessera.kube.api.KubeObject; the model stands below kube)
 
 MPS_ENV_KEYS: Final = tuple(k for k in ALLOCATION_ENV_KEYS if k.startswith("CUDA_MPS_"))
-MPS_SHARING_POLICY: Final = "fixed-share"  # the pool policy whose nodes run MPS daemons
 CONFIGMAP_PREFIX: Final = "tessera-alloc-"  # the webhook names ConfigMaps with it; the binder too, when the webhook did not
 ALLOCATION_LABEL: Final = "tessera.dev/allocation-for"  # ConfigMap label: the pod's name
 
 
 def uses_mps(node_labels: Mapping[str, str]) -> bool:
-    """Whether the node's pool (its effective labels: pools file or node labels) runs MPS. A node
-    without a sharing-policy label is best-effort, as the node agent assumes."""
-    return node_labels.get(LABEL_SHARING_POLICY) == MPS_SHARING_POLICY
+    """Whether the node's pool runs MPS, from the node's effective labels (the extender has
+    applied the pools file to them already), by the rule the node agent uses."""
+    return read_pool_policy(node_labels, {}).policy.uses_mps
 
 
 def container_env(

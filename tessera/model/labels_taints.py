@@ -22,17 +22,12 @@ from typing import Final, Literal
 
 from tessera.model.pools import MigPool, NvidiaPool, SharedPool, TimeslicePool
 from tessera.model.contract import (
-    LABEL_GPU_PLACEMENT,
     LABEL_GPUTYPE,
-    LABEL_MAX_SHARES_PER_GPU,
-    LABEL_MEMORY_ENFORCEMENT,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,
     LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY,
     LABEL_NVIDIA_MIG_CONFIG,
-    LABEL_ONLINE_OFFLINE,
     LABEL_POOL,
     LABEL_POOL_KIND,
-    LABEL_SHARING_POLICY,
     TAINT_GPU,
     PoolKind,
     device_plugin_config_name,
@@ -67,15 +62,9 @@ def pool_labels(pool: AnyPool) -> dict[str, str]:
     labels[LABEL_POOL_KIND] = kind
     labels[LABEL_GPUTYPE] = GPUTYPE_BY_KIND[kind]
     if isinstance(pool, SharedPool):
-        sharing = pool.sharing
-        labels[LABEL_SHARING_POLICY] = sharing.policy
-        labels[LABEL_GPU_PLACEMENT] = sharing.placement
-        labels[LABEL_ONLINE_OFFLINE] = "true" if sharing.online_offline else "false"
-        labels[LABEL_MEMORY_ENFORCEMENT] = sharing.memory_enforcement
-        if sharing.shares_per_gpu is not None:
-            # The extender caps containers per GPU by this label (the pools file carries it too);
-            # scheduled re-partitioning overwrites it per layout.
-            labels[LABEL_MAX_SHARES_PER_GPU] = str(sharing.shares_per_gpu)
+        # The extender caps containers per GPU by tessera.dev/max-shares-per-gpu (the pools file
+        # carries it too); scheduled re-partitioning overwrites that label per layout.
+        labels.update(pool.sharing.pool_policy().node_labels())
         # gpu-operator skips its device plugin on nodes with this label; Tessera's serves them.
         labels[LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY] = "false"
     if isinstance(pool, MigPool):

@@ -11,9 +11,9 @@ from tessera.model.base import ConfigModel
 from tessera.model.catalog import GpuModelSpec, GpuSoftware, default_gpu_software, gpu_model, instance_type, matching_software
 from tessera.model.values import CronExpression, DnsLabel, HttpUrl, LabelKey, Labels, MigLayout, RepartitionLayout, Replicas, Version
 from tessera.model.contract import GpuPlacement, PoolKind, SharingPolicy
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY, MAX_OFFLINE_RESUME_IDLE_S, MAX_SHARES_PER_GPU, MemoryEnforcement, PoolPolicy
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-MemoryEnforcement = Literal["warn", "enforce"]
 MigStrategy = Literal["single", "mixed"]
 DiskType = Literal["CLOUD_PREMIUM", "CLOUD_SSD", "CLOUD_BSSD", "CLOUD_HSSD", "CLOUD_TSSD"]
 
@@ -72,13 +72,28 @@ class RepartitionEntry(ConfigModel):
 class SharingConfig(ConfigModel):
     """How a shared pool splits each GPU between containers."""
 
-    policy: SharingPolicy = Field(default="best-effort", description="Isolation policy: best-effort (work-conserving), fixed-share (compute capped at the request), burst-share (guaranteed request, may use idle compute).")
-    placement: GpuPlacement = Field(default="binpack", description="Which GPU of a node a container gets: binpack fills a GPU before the next, spread prefers empty GPUs.")
-    online_offline: bool = Field(default=False, description="Co-locate online and offline pods (annotation tessera.dev/app-class): offline work pauses while online work runs.")
-    qgpu_aliases: bool = Field(default=False, description="Also accept TKE qGPU resource names (tke.cloud.tencent.com/qgpu-core, qgpu-memory in GiB) on this pool.")
-    memory_enforcement: MemoryEnforcement = Field(default="enforce", description="enforce: a container exceeding its tessera.dev/gpu-memory is stopped; warn: only reported.")
-    offline_resume_idle_seconds: float = Field(default=2.0, gt=0, le=3600, description="How long the online work must be idle before paused offline work resumes.")
-    shares_per_gpu: int | None = Field(default=None, ge=1, le=100, description="At most this many containers share one GPU (1 = whole GPUs only). Unset: limited only by 100 gpu-core units per GPU.")
+    # The defaults are the pool policy record's, so every component that reads a policy back
+    # from the pools file or node labels falls back to what the stack config documents.
+
+    policy: SharingPolicy = Field(default=DEFAULT_POOL_POLICY.sharing, description="Isolation policy: best-effort (work-conserving), fixed-share (compute capped at the request), burst-share (guaranteed request, may use idle compute).")
+    placement: GpuPlacement = Field(default=DEFAULT_POOL_POLICY.placement, description="Which GPU of a node a container gets: binpack fills a GPU before the next, spread prefers empty GPUs.")
+    online_offline: bool = Field(default=DEFAULT_POOL_POLICY.online_offline, description="Co-locate online and offline pods (annotation tessera.dev/app-class): offline work pauses while online work runs.")
+    qgpu_aliases: bool = Field(default=DEFAULT_POOL_POLICY.qgpu_aliases, description="Also accept TKE qGPU resource names (tke.cloud.tencent.com/qgpu-core, qgpu-memory in GiB) on this pool.")
+    memory_enforcement: MemoryEnforcement = Field(default=DEFAULT_POOL_POLICY.memory_enforcement, description="enforce: a container exceeding its tessera.dev/gpu-memory is stopped; warn: only reported.")
+    offline_resume_idle_seconds: float = Field(default=DEFAULT_POOL_POLICY.offline_resume_idle_s, gt=0, le=MAX_OFFLINE_RESUME_IDLE_S, description="How long the online work must be idle before paused offline work resumes.")
+    shares_per_gpu: int | None = Field(default=DEFAULT_POOL_POLICY.shares_per_gpu, ge=1, le=MAX_SHARES_PER_GPU, description="At most this many containers share one GPU (1 = whole GPUs only). Unset: limited only by 100 gpu-core units per GPU.")
+
+    def pool_policy(self) -> PoolPolicy:
+        """The record every component reads back from the pools file and node labels."""
+        return PoolPolicy(
+            sharing=self.policy,
+            placement=self.placement,
+            online_offline=self.online_offline,
+            qgpu_aliases=self.qgpu_aliases,
+            memory_enforcement=self.memory_enforcement,
+            offline_resume_idle_s=self.offline_resume_idle_seconds,
+            shares_per_gpu=self.shares_per_gpu,
+        )
 
 
 class MigConfig(ConfigModel):

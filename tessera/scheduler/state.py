@@ -28,7 +28,7 @@ from tessera.alloc import node_state_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
 from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND
 from tessera.kube.api import KubeObject
-from tessera.model.pools_file import PoolsFileWatch
+from tessera.model.pools_file import NO_DOCUMENT, PoolsFile
 from tessera.scheduler.evaluation_views import EvaluationViews
 from tessera.scheduler.metrics import ExtenderMetrics
 from tessera.scheduler.pod_book import PodBook
@@ -42,7 +42,7 @@ from tessera.scheduler.pod_records import (
     pod_priority,
     rfc3339,
 )
-from tessera.scheduler.pool_settings import PoolSettings
+from tessera.scheduler.pool_settings import PolicyLabels, entries_changed
 from tessera.scheduler.pool_usage import PoolUsageMeter
 
 log = logging.getLogger(__name__)
@@ -96,9 +96,10 @@ class SchedulerState:
         self.book = PodBook(cluster, self.views.touched)
         self._node_fingerprints: dict[str, str] = {}
         self._seen: OrderedDict[bytes, None] = OrderedDict()  # digests: a UID is the client's string, of any length
-        self.pool_settings = PoolSettings()
+        self._policy_labels = PolicyLabels()
         self._pool_usage = PoolUsageMeter()
-        self._pools_watch = PoolsFileWatch(pools_file) if pools_file is not None else None
+        self._pools_file = PoolsFile(pools_file)
+        self._pools = NO_DOCUMENT
         self._node_objects: dict[str, KubeObject] = {}  # shared nodes as last seen, re-applied on a pools edit
         self.refresh_pools()
 
@@ -106,15 +107,12 @@ class SchedulerState:
     def refresh_pools(self) -> None:
         """Re-read the pools file if it may have changed; nodes of a pool whose settings changed are
         re-applied, which marks them changed for the evaluation caches."""
-        if self._pools_watch is None:
-            return
         with self.lock:
-            document = self._pools_watch.poll()
-            if document is None:
+            document = self._pools_file.document()
+            if document is self._pools:
                 return
-            changed = self.pool_settings.load_file(document)
-            if not changed:
-                return
+            changed = entries_changed(self._pools, document)
+            self._pools = document
             for node in list(self._node_objects.values()):
                 if ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_POOL, "") in changed:
                     self.apply_node(node)
@@ -132,7 +130,7 @@ class SchedulerState:
                 self.remove_node(name)
                 return
             self._node_objects[name] = node
-            state.labels = self.pool_settings.effective_labels(name, state.labels)
+            state.labels = self._policy_labels.apply(name, state.labels, self._pools)
             fingerprint = repr((state.gpus, state.labels, state.cpu_milli, state.memory_mib))
             if self._node_fingerprints.get(name) == fingerprint:
                 return  # a heartbeat or status change that does not touch the inventory
@@ -166,7 +164,6 @@ class SchedulerState:
             self.views.touched(name)
             self._node_fingerprints.pop(name, None)
             self._node_objects.pop(name, None)
-            self.pool_settings.forget_node(name)
             self.book.node_removed(self.cluster.remove_node(name))
 
     def replace_nodes(self, nodes: Iterable[KubeObject]) -> None:

@@ -52,10 +52,10 @@ from tessera.webhook.tls import generate_bundle
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.loop import Agent, AgentDeps
 from tessera_node.agent.mps import FakeProcessRunner, MpsSupervisor
-from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.registry import ContainerRegistry
 from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.simscript import SimulatedKiller
-from tessera_node.deviceplugin.health import HealthSettings
+from tessera_node.gpu.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
 from extender_stand_in import apply_json_patch

@@ -15,7 +15,7 @@ from e2e_stack import Rendered, shared_pool, stack
 from tessera.model.contract import EXTENDER_LEASE, GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE
 from tessera.kube.api import KubeApi
 from tessera.repartition import apply_layout, load_plan
-from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.registry import ContainerRegistry
 
 # KubeApi method -> (API group, resource, verb) of the request the real client sends
 REQUESTS: dict[str, tuple[str, str, str]] = {

@@ -24,7 +24,7 @@ from tessera.model.contract import (
     Allocation,
 )
 from tessera.manifests.stack import gpu_operator_release
-from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.registry import ContainerRegistry
 
 T4_MIB = 15360
 

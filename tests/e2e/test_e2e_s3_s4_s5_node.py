@@ -17,7 +17,7 @@ from e2e_stack import shared_pool, stack
 from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_GPU_INDEX_PREFIX, GPU_CORE, GPU_MEMORY, Allocation
 from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED
 from tessera_node.agent.metrics import serve_metrics
-from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.registry import ContainerRegistry
 
 NODE = "t4-shared-0"
 

@@ -181,13 +181,17 @@ def _two_pods_share_a_gpu(cluster: E2ECluster) -> bool:
     return bool(a["metadata"]["annotations"][index] == b["metadata"]["annotations"][index])
 
 
-def test_s9_placement_edit_on_node_labels_reaches_the_running_extender() -> None:
+def test_s9_a_hand_edit_of_a_policy_label_gives_way_to_the_stack_config() -> None:
+    """The pools file, which `pulumi up` and kubelet keep current, wins over a label edited by hand
+    (docs/pool-policy.md): the same rule in the extender, the device plugin and the agent."""
     cluster = E2ECluster(stack(shared_pool(placement="binpack", instance_type="GN7.10XLARGE160")))
     try:
         edited = stack(shared_pool(placement="spread", instance_type="GN7.10XLARGE160"))
-        cluster.api.patch_node_labels("t4-shared-0", node_labels(edited, "t4-shared"))  # what the TKE node pool update does
-        assert wait_until(lambda: cluster.extender.state.cluster.nodes["t4-shared-0"].labels.get("tessera.dev/gpu-placement") == "spread")
-        assert not _two_pods_share_a_gpu(cluster), "spread: the second pod takes the empty GPU"
+        seen = "example.com/relabelled"
+        cluster.api.patch_node_labels("t4-shared-0", {**node_labels(edited, "t4-shared"), seen: "yes"})
+        assert wait_until(lambda: cluster.extender.state.cluster.nodes["t4-shared-0"].labels.get(seen) == "yes"), "the extender saw the edit"
+        assert cluster.extender.state.cluster.nodes["t4-shared-0"].labels.get("tessera.dev/gpu-placement") == "binpack"
+        assert _two_pods_share_a_gpu(cluster), "binpack, as the stack config still says: the second pod joins the first GPU"
     finally:
         cluster.close()
 

@@ -36,17 +36,8 @@ from gpucheck.procs import Worker, go_together, results, start_all
 from gpucheck.world import Context, new_container_id, new_pod_uid
 from tessera.model.contract import GpuShare
 from tessera_node.agent.freezer import Freezer, FreezeState
-from tessera_node.agent.registry import (
-    AppClass,
-    ContainerKey,
-    ContainerName,
-    ContainerRegistry,
-    MemoryEnforcement,
-    PodUid,
-    PoolPolicy,
-    RegisteredContainer,
-    SharingPolicy,
-)
+from tessera_node.registry import AppClass, ContainerKey, ContainerName, ContainerRegistry, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 from tessera_node.gpu.backend import GpuIndex
 
 
@@ -249,7 +240,7 @@ def check_memory(ctx: Context) -> dict[str, Any]:
     """The agent's memory guard (enforce) kills a container over its gpu-memory through NVML, and
     leaves a compliant neighbour alone; then MPS's own pinned memory limit, if MPS is here."""
     limit = 2048
-    policy = PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE)
+    policy = PoolPolicy(memory_enforcement="enforce")
     hog_rec, ok_rec = record(ctx, "hog", 50, limit, policy), record(ctx, "compliant", 50, limit, policy)
     exclusive = ctx.gpu.compute_mode == "exclusive_process"
     specs = [("mem-hog", {"hold_mib": 512, "grow_mib": 2 * limit})] + ([] if exclusive else [("mem-ok", {"hold_mib": 256})])
@@ -358,7 +349,7 @@ def check_colocation(ctx: Context) -> dict[str, Any]:
 def check_burst(ctx: Context) -> dict[str, Any]:
     """burst-share: two busy containers of 60 % and 30 % take the GPU in turns (the agent freezes
     the one whose slot it is not); their wall-clock throughput ratio follows core / sum(core)."""
-    policy = PoolPolicy(sharing=SharingPolicy.BURST_SHARE)
+    policy = PoolPolicy(sharing="burst-share")
     recs = [record(ctx, "burst-60", 60, 0, policy), record(ctx, "burst-30", 30, 0, policy)]
     workers, pid_note = _prepare(ctx, [("burst-60", {"hold_mib": 512}), ("burst-30", {"hold_mib": 256})])
     run = AgentRun(ctx, "burst", list(zip(recs, workers)))

@@ -32,7 +32,8 @@ from gpucheck.procs import CheckFailed, Worker, WorkerFailed, go_together, regis
 from gpucheck.world import Context, new_pod_uid
 from tessera.model.contract import GpuShare
 from tessera_node.agent.mps import MpsLimits, MpsSupervisor, SubprocessRunner, client_env, desired_limits, mps_dirs
-from tessera_node.agent.registry import ContainerName, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
+from tessera_node.registry import ContainerName, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 
 WARMUP_S = 1.0  # measured windows start this long after the common start
 
@@ -117,7 +118,7 @@ class MpsSession:
 
 def fixed_share_record(gpu_uuid: str, core: int, memory_mib: int = 0, name: str = "main") -> RegisteredContainer:
     return RegisteredContainer(PodUid(new_pod_uid()), "gpu-checks", f"fixed-{core}", ContainerName(name),
-                               (GpuShare(0, gpu_uuid, core, memory_mib),), None, PoolPolicy(sharing=SharingPolicy.FIXED_SHARE))
+                               (GpuShare(0, gpu_uuid, core, memory_mib),), None, PoolPolicy(sharing="fixed-share"))
 
 
 def mps_worker(ctx: Context, name: str, env: Mapping[str, str], **spec: Any) -> Worker:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tessera_node.agent.cgroups import CgroupLocator, ProcessCgroup
 from tessera_node.agent.index import RegistryView
-from tessera_node.agent.registry import ContainerKey, ContainerName, PodUid
+from tessera_node.registry import ContainerKey, ContainerName, PodUid
 from tessera_node.gpu.backend import GpuInfo, ProcessSample
 
 

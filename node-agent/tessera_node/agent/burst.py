@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tessera_node.agent.index import RegistryView
-from tessera_node.agent.registry import ContainerKey, RegisteredContainer
+from tessera_node.registry import ContainerKey, RegisteredContainer
 
 
 @dataclass

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import get_args
 from pathlib import Path
 
 from tessera.model.contract import ENV_POOLS_FILE
@@ -20,8 +21,10 @@ from tessera_node.agent.loop import Agent, AgentDeps
 from tessera_node.agent.memory import ProcessKiller, SignalKiller
 from tessera_node.agent.metrics import serve_metrics
 from tessera_node.agent.mps import FakeProcessRunner, MpsSupervisor, ProcessRunner, SubprocessRunner
-from tessera_node.agent.pools import PoolsFileError, load_pools_file
-from tessera_node.agent.registry import ContainerRegistry, MemoryEnforcement, PoolPolicy, RegistryCorrupt, SharingPolicy
+from tessera_node.registry import ContainerRegistry, RegistryCorrupt
+from tessera.model.contract import SharingPolicy
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY, MAX_OFFLINE_RESUME_IDLE_S, MemoryEnforcement
+from tessera.model.pools_file import PoolsFileError, load_pools_file
 from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.simscript import ProcessScriptError, ScriptedBackend, SimulatedKiller, load_process_script
 from tessera_node.demo_paths import DefaultPath, demo_root, resolve
@@ -51,10 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-guard", action="store_true", help="run only the lease guard: thaw cgroups whose freeze lease expired")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
     parser.add_argument("--no-kube", action="store_true", help="run without the API server: no events, no pod lookups (default with --simulate)")
-    parser.add_argument("--sharing-policy", choices=[p.value for p in SharingPolicy], help="pool policy when node labels do not say (default best-effort)")
-    parser.add_argument("--memory-enforcement", choices=[m.value for m in MemoryEnforcement], help="warn or enforce when node labels do not say (default warn)")
-    parser.add_argument("--online-offline", action="store_true", help="co-location on when node labels do not say")
-    parser.add_argument("--offline-resume-idle", type=float, help="seconds of online idleness before offline work resumes (default 2)")
+    d = DEFAULT_POOL_POLICY
+    parser.add_argument("--sharing-policy", choices=get_args(SharingPolicy), help=f"pool policy when neither the pools file nor node labels say (default {d.sharing})")
+    parser.add_argument("--memory-enforcement", choices=get_args(MemoryEnforcement), help=f"warn or enforce when neither the pools file nor node labels say (default {d.memory_enforcement})")
+    parser.add_argument("--online-offline", action="store_true", help="co-location on when neither the pools file nor node labels say")
+    parser.add_argument("--offline-resume-idle", type=_idle_seconds, help=f"seconds of online idleness before offline work resumes, when the pools file does not say (default {d.offline_resume_idle_s:g})")
     parser.add_argument("--pools-file", type=Path, default=os.environ.get(ENV_POOLS_FILE), help=f"pool settings JSON (default ${ENV_POOLS_FILE})")
     parser.add_argument("--no-mps", action="store_true", help="do not run MPS daemons (fixed-share limits then rely on nothing)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -79,11 +83,19 @@ def _cpu_percent(text: str) -> float:
     return _in_range(text, float, 0.0, 100.0, "a percent of one core: use 0..100 (0 turns the CPU wake signal off)")
 
 
+def _idle_seconds(text: str) -> float:
+    value = _in_range(text, float, 0.0, MAX_OFFLINE_RESUME_IDLE_S, f"seconds in (0, {MAX_OFFLINE_RESUME_IDLE_S:g}]")
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not seconds in (0, {MAX_OFFLINE_RESUME_IDLE_S:g}]")
+    return value
+
+
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
-    base = PoolPolicy()
-    policy = PoolPolicy(
-        sharing=SharingPolicy(args.sharing_policy) if args.sharing_policy else base.sharing,
-        memory_enforcement=MemoryEnforcement(args.memory_enforcement) if args.memory_enforcement else base.memory_enforcement,
+    base = DEFAULT_POOL_POLICY
+    policy = replace(
+        base,
+        sharing=args.sharing_policy or base.sharing,
+        memory_enforcement=args.memory_enforcement or base.memory_enforcement,
         online_offline=bool(args.online_offline) or base.online_offline,
         offline_resume_idle_s=args.offline_resume_idle if args.offline_resume_idle is not None else base.offline_resume_idle_s,
     )

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tessera_node.agent.index import RegistryView, may_pause_for_online
-from tessera_node.agent.registry import ContainerKey, RegisteredContainer
+from tessera_node.registry import ContainerKey, RegisteredContainer
 
 REASON_PAUSED = "TesseraOfflinePaused"
 REASON_RESUMED = "TesseraOfflineResumed"

@@ -15,7 +15,7 @@ from typing import Any
 
 from tessera.kube.api import KubeApi, KubeApiError
 from tessera.kube.events import PodRef, pod_event
-from tessera_node.agent.registry import RegisteredContainer
+from tessera_node.registry import RegisteredContainer
 
 COMPONENT = "tessera-node-agent"
 _log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tessera_node.agent.cgroups import CgroupVersion
-from tessera_node.agent.registry import atomic_write_text
+from tessera_node.registry import atomic_write_text
 
 LEASES_FILE = "freeze-leases.json"
 

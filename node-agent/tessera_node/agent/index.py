@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tessera_node.agent.registry import AppClass, ContainerKey, RegisteredContainer, SharingPolicy
+from tessera_node.registry import AppClass, ContainerKey, RegisteredContainer
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +43,7 @@ class RegistryView:
             online_on_gpu={u: tuple(keys) for u, keys in online_on_gpu.items()},
             colocated_offline=colocated,
             offline_idle_values=tuple(sorted({c.policy.offline_resume_idle_s for c in colocated})),
-            burst={c.key: c for c in values if c.policy.sharing is SharingPolicy.BURST_SHARE},
+            burst={c.key: c for c in values if c.policy.sharing == "burst-share"},
         )
 
     def values(self) -> Iterable[RegisteredContainer]:

@@ -28,21 +28,12 @@ from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED, REASON_MEMORY_WARN
 from tessera_node.agent.metrics import AgentView, ContainerGpuRow, GpuRow, LatencyCounts, ViewBox
 from tessera_node.agent.mps import MpsSupervisor, desired_limits
 from tessera_node.agent.pausing import PauseCause, PauseManager
-from tessera_node.agent.pools import pool_policy_for_node, read_pools_file
-from tessera_node.agent.registry import (
-    AppClass,
-    ContainerKey,
-    ContainerRegistry,
-    PoolPolicy,
-    RegisteredContainer,
-    RegistryCorrupt,
-    SharingPolicy,
-    container_ids_from_status,
-    containers_from_pods,
-)
+from tessera_node.registry import AppClass, ContainerKey, ContainerRegistry, RegisteredContainer, RegistryCorrupt, container_ids_from_status, containers_from_pods
+from tessera.model.pool_policy import PoolPolicy, read_pool_policy
+from tessera.model.pools_file import PoolsFile
 from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.wake import OnlineWakeDetector
-from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.gpu.health import HealthSettings, HealthTracker
 from tessera_node.gpu.backend import GpuBackend, GpuBackendError, GpuIndex, GpuInfo, ProcessSample
 
 _log = logging.getLogger(__name__)
@@ -88,7 +79,9 @@ class Agent:
         self.events = EventSink(deps.kube, settings.node_name)
         self.view = ViewBox()
         self.counters = _Counters()
-        self.node_policy: PoolPolicy | None = None  # from node labels when a KubeApi is given
+        self.node_policy: PoolPolicy | None = None  # from the pools file and node labels when a KubeApi is given
+        self._pools = PoolsFile(settings.pools_file)
+        self._policy_problems: tuple[str, ...] = ()
         self._gpus: list[GpuInfo] = []
         self._uuid_of: dict[int, str] = {}
         self._health = HealthTracker(HealthSettings(), [])
@@ -108,7 +101,7 @@ class Agent:
         self.deps.backend.open()
         self.set_gpus(self.deps.backend.list_gpus())
         self.refresh_from_pods()
-        offline = [c for c in self.containers().values() if c.app_class is AppClass.OFFLINE or c.policy.sharing is SharingPolicy.BURST_SHARE]
+        offline = [c for c in self.containers().values() if c.app_class is AppClass.OFFLINE or c.policy.sharing == "burst-share"]
         extra = [d for c in offline if (d := self.deps.locator.container_dir(c.pod_uid, c.container_id)) is not None]
         thawed = self.pauses.thaw_everything(self.deps.monotonic(), extra)
         for path in thawed:
@@ -312,8 +305,12 @@ class Agent:
         try:
             node = kube.get_node(self.settings.node_name)
             labels = (node.get("metadata") or {}).get("labels") or {}
-            pools = read_pools_file(self.settings.pools_file)
-            self.node_policy = pool_policy_for_node(labels, pools, self.settings.pool_policy)
+            reading = read_pool_policy(labels, self._pools.document(), fallback=self.settings.pool_policy)
+            if reading.problems != self._policy_problems:
+                self._policy_problems = reading.problems
+                for problem in reading.problems:
+                    _log.warning("pool policy: ignoring %s", problem)
+            self.node_policy = reading.policy
             pods = kube.list_pods(node_name=self.settings.node_name)
         except (KubeApiError, OSError) as exc:
             _log.warning("cannot list pods on %s: %s; keeping the registry as is", self.settings.node_name, exc)

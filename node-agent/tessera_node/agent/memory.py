@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Protocol
 
 from tessera_node.agent.attribution import ContainerGpuUse
-from tessera_node.agent.registry import ContainerKey, MemoryEnforcement, RegisteredContainer
+from tessera_node.registry import ContainerKey, RegisteredContainer
 
 REASON_MEMORY_EXCEEDED = "TesseraGPUMemoryExceeded"
 REASON_MEMORY_WARNING = "TesseraGPUMemoryOverLimit"
@@ -83,7 +83,7 @@ class MemoryGuard:
                     continue
                 slot = (c.key, share.uuid)
                 still_over.add(slot)
-                action = MemoryAction.KILL if c.policy.memory_enforcement is MemoryEnforcement.ENFORCE else MemoryAction.WARN
+                action = MemoryAction.KILL if c.policy.memory_enforcement == "enforce" else MemoryAction.WARN
                 out.append(MemoryViolation(c, share.uuid, use.memory_mib, share.memory_mib, use.pids, action, slot not in self.over))
         self.over = still_over
         return out

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tessera.model.contract import GpuShare, mps_thread_percentage
-from tessera_node.agent.registry import RegisteredContainer, SharingPolicy
+from tessera_node.registry import RegisteredContainer
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 
@@ -69,7 +69,7 @@ def desired_limits(containers: Iterable[RegisteredContainer], sm_counts: Mapping
     cores: dict[str, int] = {}
     memory: dict[str, int | None] = {}
     for c in containers:
-        if c.policy.sharing is not SharingPolicy.FIXED_SHARE:
+        if not c.policy.uses_mps:
             continue
         for share in c.shares:
             if share.core >= 100:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tessera_node.agent.cgroups import CgroupLocator
 from tessera_node.agent.freezer import Freezer, FreezeState, LeaseBook, thaw_all
-from tessera_node.agent.registry import ContainerKey, RegisteredContainer
+from tessera_node.registry import ContainerKey, RegisteredContainer
 
 _log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tessera.model.contract import MPS_ROOT
 from tessera_node.agent.cgroups import DEFAULT_CGROUP_ROOT, DEFAULT_PROC_ROOT
-from tessera_node.agent.registry import PoolPolicy
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY, PoolPolicy
 from tessera_node.agent.wake import WakeSettings
 
 
@@ -75,7 +75,7 @@ class AgentSettings:
     it does not the agent adds at most one LIST of the node's pods per second, stopping as soon
     as the ids are known. Memory limits of those containers are not enforced meanwhile."""
 
-    pool_policy: PoolPolicy = field(default_factory=PoolPolicy)
+    pool_policy: PoolPolicy = DEFAULT_POOL_POLICY
     """Pool policy used when rebuilding records from pods; node labels override it."""
 
     pools_file: Path | None = None

@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
-from tessera_node.agent.registry import ContainerKey
+from tessera_node.registry import ContainerKey
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from tessera.model.contract import ENV_POOLS_FILE, LABEL_POOL
 from tessera.httpd.stopsignal import install_stop_handler
 from tessera.kube.api import KubeApi, KubeApiError
-from tessera_node.agent.pools import PoolsFileError, load_pools_file
-from tessera_node.agent.registry import ContainerRegistry, RegistryCorrupt
+from tessera.model.pools_file import PoolsFileError, load_pools_file
+from tessera_node.registry import ContainerRegistry, RegistryCorrupt
 from tessera_node.deviceplugin.core import AllocateSettings
 from tessera_node.deviceplugin.eviction import EvictionSettings
 from tessera_node.demo_paths import DefaultPath, demo_root, resolve

@@ -6,7 +6,8 @@ Every `tick_s` (default 100 ms; the Xid wait doubles as the sleep) the superviso
   list to ListAndWatch streams and the node annotation when health changed;
 - evicts the pods of a GPU that became unhealthy, so they are rescheduled (eviction.py);
 - every `node_poll_s` reads the node and the pools file: the pool's sharing policy (the pools
-  file wins over the node's policy labels, exactly as in the agent: poolsfile.py), and
+  file entry wins, then the node's labels, read by `tessera.model.pool_policy.read_pool_policy`
+  as the agent and the extender read it), and
   gpu-operator's paused-for-mig-change label (pause.py), stepping aside while it is set;
 - every `reconcile_s` re-derives the agent's container registry from kubelet's PodResources and the
   pods' allocation records, so nothing the plugin knows lives only in its memory: a restarted
@@ -25,15 +26,15 @@ from typing import Any
 
 from tessera.model.contract import GPU_CORE, GPU_MEMORY, NodeGpu
 from tessera.kube.api import KubeApi, KubeApiError, NotFound
-from tessera_node.agent.pools import pool_policy_for_node
-from tessera_node.agent.registry import ContainerKey, ContainerName, ContainerRegistry, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
+from tessera_node.registry import ContainerKey, ContainerName, ContainerRegistry, PodUid, RegisteredContainer
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY, read_pool_policy
+from tessera.model.pools_file import PoolsFile
 from tessera_node.deviceplugin.core import AllocateSettings, Inventory
 from tessera_node.deviceplugin.eviction import EvictionSettings, Evictor
-from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.gpu.health import HealthSettings, HealthTracker
 from tessera_node.deviceplugin.metrics import PluginCounters, PluginMetricsView
 from tessera_node.deviceplugin.pause import PauseTransition, node_labels, transition
 from tessera_node.deviceplugin.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesError
-from tessera_node.deviceplugin.poolsfile import PoolsFile
 from tessera_node.deviceplugin.prestart import PreStartRejected, find_owner, verify
 from tessera_node.deviceplugin.publish import NodeReport, publish
 from tessera_node.deviceplugin.registry_writer import RegistryWriter
@@ -135,7 +136,7 @@ class DevicePlugin:
         self._registry = registry
         self._writer = RegistryWriter(registry)
         self._clock = clock
-        self._policy = PoolPolicy()
+        self._policy = DEFAULT_POOL_POLICY
         self._pools = PoolsFile(settings.pools_file)
         self._labels: Mapping[str, str] | None = None  # the node's labels as last read; None until read
         self._policy_lock = threading.Lock()
@@ -212,7 +213,7 @@ class DevicePlugin:
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set; always leaves the socket removed and GPU handles released."""
         try:
-            self._read_node()
+            self.read_node()
             if not self.paused:
                 self._start_serving()
             next_node = next_publish = reconcile_due = next_reconcile = next_probe = self._clock()
@@ -220,7 +221,7 @@ class DevicePlugin:
                 now = self._clock()
                 if now >= next_node:
                     next_node = now + self.settings.node_poll_s
-                    self._read_node()
+                    self.read_node()
                 if self.paused:
                     stop.wait(self.settings.tick_s)
                     continue
@@ -312,7 +313,7 @@ class DevicePlugin:
             log.info("registered %s with kubelet again (%d GPUs): kubelet restarted or the socket was removed", GPU_CORE, len(inventory.gpus))
         self._publish(force=True)  # kubelet may have reset extended resources while restarting
 
-    def _read_node(self) -> None:
+    def read_node(self) -> None:
         try:
             node = self._kube.get_node(self.settings.node_name)
         except NotFound:
@@ -345,17 +346,19 @@ class DevicePlugin:
         if labels is None:
             return
         with self._policy_lock:
-            pools = self._pools.pools()
+            pools = self._pools.document()
             inputs = self._policy_inputs
             if inputs is not None and inputs[0] is labels and inputs[1] is pools:
                 return  # same labels object and same parsed file: the policy cannot have changed
-            policy = pool_policy_for_node(labels, pools, PoolPolicy())
+            reading = read_pool_policy(labels, pools)
+            for problem in reading.problems:
+                log.warning("pool policy: ignoring %s", problem)
+            policy = reading.policy
             if policy != self._policy:
-                log.info("pool policy: sharing %s", policy.sharing.value)
+                log.info("pool policy: sharing %s", policy.sharing)
             self._policy = policy
             base = self.state.allocate_settings
-            uses_mps = policy.sharing is SharingPolicy.FIXED_SHARE
-            self.state.set_allocate_settings(AllocateSettings(base.mps_pipe_host_dir, base.mps_shm_host_dir, uses_mps, policy.sharing.value))
+            self.state.set_allocate_settings(AllocateSettings(base.mps_pipe_host_dir, base.mps_shm_host_dir, policy.uses_mps, policy.sharing))
             self._policy_inputs = (labels, pools)
 
     def _publish(self, *, force: bool = False) -> None:

@@ -18,7 +18,8 @@ from tessera.model.contract import (
     ANNOTATION_APP_CLASS,
     Allocation,
 )
-from tessera_node.agent.registry import AppClass, ContainerName, PodUid, PoolPolicy, RegisteredContainer
+from tessera_node.registry import AppClass, ContainerName, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 from tessera_node.deviceplugin.core import Inventory
 from tessera_node.deviceplugin.podresources import TokenHolder
 

@@ -6,7 +6,7 @@ import queue
 import threading
 import time
 
-from tessera_node.agent.registry import ContainerRegistry, RegisteredContainer
+from tessera_node.registry import ContainerRegistry, RegisteredContainer
 
 log = logging.getLogger("tessera.deviceplugin")
 

@@ -6,7 +6,7 @@ benchmarks). Callers never import pynvml themselves, so everything above this se
 GPU.
 
 All samples are plain frozen dataclasses; the backend owns no policy (what counts as a critical XID
-is decided in `tessera_node.deviceplugin.health`).
+is decided in `tessera_node.gpu.health`).
 """
 from __future__ import annotations
 

@@ -12,14 +12,8 @@ from tessera_node.agent.cgroups import CgroupDriver, CgroupVersion
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.loop import Agent, AgentDeps
 from tessera_node.agent.mps import FakeProcessRunner, MpsSupervisor
-from tessera_node.agent.registry import (
-    AppClass,
-    ContainerName,
-    ContainerRegistry,
-    PodUid,
-    PoolPolicy,
-    RegisteredContainer,
-)
+from tessera_node.registry import AppClass, ContainerName, ContainerRegistry, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.simscript import SimulatedKiller
 from tessera_node.gpu.simulated import SimulatedBackend

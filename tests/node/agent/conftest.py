@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from agent_world import World
 
-from tessera_node.agent.registry import PoolPolicy
+from tessera.model.pool_policy import PoolPolicy
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from tessera.model.contract import GpuShare
 from tessera_node.agent.attribution import ProcessAttributor, possible_owners
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
 from tessera_node.agent.index import RegistryView
-from tessera_node.agent.registry import ContainerKey, ContainerName, PodUid, RegisteredContainer
+from tessera_node.registry import ContainerKey, ContainerName, PodUid, RegisteredContainer
 from tessera_node.gpu.backend import GpuIndex, GpuInfo, Pid, ProcessSample
 
 POD_A, POD_B = "aaaaaaaa-0000-0000-0000-000000000001", "bbbbbbbb-0000-0000-0000-000000000002"

@@ -8,9 +8,10 @@ from agent_world import World
 
 from tessera.model.contract import GpuShare
 from tessera_node.agent.burst import BurstController, slot_fractions
-from tessera_node.agent.registry import ContainerKey, ContainerName, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
+from tessera_node.registry import ContainerKey, ContainerName, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 
-BURST = PoolPolicy(sharing=SharingPolicy.BURST_SHARE)
+BURST = PoolPolicy(sharing="burst-share")
 
 
 def _c(uid: str, core: int, uuid: str = "GPU-0") -> RegisteredContainer:

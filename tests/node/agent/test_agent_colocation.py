@@ -11,7 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from tessera.model.contract import GpuShare
 from tessera_node.agent.cgroups import CgroupDriver, CgroupVersion
 from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED, ColocationController
-from tessera_node.agent.registry import AppClass, ContainerKey, ContainerName, PodUid, PoolPolicy, RegisteredContainer
+from tessera_node.registry import AppClass, ContainerKey, ContainerName, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 
 from agent_world import World
 

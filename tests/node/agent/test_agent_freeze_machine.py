@@ -11,7 +11,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tessera_node.agent.registry import AppClass, PoolPolicy
+from tessera_node.registry import AppClass
+from tessera.model.pool_policy import PoolPolicy
 
 IDLE_S = 0.5
 TICK_S = 0.1

@@ -6,11 +6,12 @@ from pathlib import Path
 from agent_world import World
 
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED, REASON_MEMORY_WARNING
-from tessera_node.agent.registry import AppClass, MemoryEnforcement, PoolPolicy
+from tessera_node.registry import AppClass
+from tessera.model.pool_policy import PoolPolicy
 
 
 def test_warn_pool_posts_one_warning_per_episode_and_kills_nothing(tmp_path: Path) -> None:
-    world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.WARN))
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="warn"))
     job = world.place("job", None, memory_mib=4096, processes=2)
     world.run_gpu(job, 50, memory_mib=2500)  # 2 x 2500 = 5000 MiB > 4096
     for _ in range(5):
@@ -32,7 +33,7 @@ def test_warn_pool_posts_one_warning_per_episode_and_kills_nothing(tmp_path: Pat
 
 
 def test_enforce_pool_kills_only_the_offending_containers_gpu_processes(tmp_path: Path) -> None:
-    world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE))
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="enforce"))
     hog = world.place("hog", None, memory_mib=4096, processes=2)
     neighbour = world.place("neighbour", None, memory_mib=4096)
     world.run_gpu(hog, 50, memory_mib=3000)
@@ -47,7 +48,7 @@ def test_enforce_pool_kills_only_the_offending_containers_gpu_processes(tmp_path
 
 
 def test_container_without_memory_request_is_never_limited(tmp_path: Path) -> None:
-    world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE))
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="enforce"))
     whole = world.place("whole", AppClass.OFFLINE, core=100, memory_mib=0)
     world.run_gpu(whole, 100, memory_mib=70000)
     world.tick()
@@ -55,7 +56,7 @@ def test_container_without_memory_request_is_never_limited(tmp_path: Path) -> No
 
 
 def test_processes_of_unregistered_pods_are_left_alone(tmp_path: Path) -> None:
-    world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE))
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="enforce"))
     world.sim.add_process(4242, 0, 60000, 90)  # e.g. a system process outside kubepods
     world.tick()
     assert world.killer.killed == []

@@ -11,12 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.monitoring.exposition import conformance_problems
 from tessera_node.agent.metrics import METRICS, PAUSE_BUCKETS, LatencyCounts, serve_metrics
-from tessera_node.agent.registry import AppClass, MemoryEnforcement, PoolPolicy
+from tessera_node.registry import AppClass
+from tessera.model.pool_policy import PoolPolicy
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[World, str]]:
-    world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE))
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="enforce"))
     server, _thread, port = serve_metrics(world.agent.view.get, "127.0.0.1", 0)
     try:
         yield world, f"http://127.0.0.1:{port}/metrics"

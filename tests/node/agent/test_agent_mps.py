@@ -7,9 +7,10 @@ from agent_world import World
 
 from tessera.model.contract import GpuShare
 from tessera_node.agent.mps import FakeProcessRunner, MpsLimits, MpsSupervisor, client_env, desired_limits
-from tessera_node.agent.registry import ContainerName, PodUid, PoolPolicy, RegisteredContainer, SharingPolicy
+from tessera_node.registry import ContainerName, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 
-FIXED = PoolPolicy(sharing=SharingPolicy.FIXED_SHARE)
+FIXED = PoolPolicy(sharing="fixed-share")
 
 
 def _c(uid: str, *shares: GpuShare, policy: PoolPolicy = FIXED) -> RegisteredContainer:
@@ -21,7 +22,7 @@ def test_daemon_defaults_are_the_largest_share_per_gpu() -> None:
         _c("a", GpuShare(0, "GPU-0", 60, 6144)),
         _c("b", GpuShare(0, "GPU-0", 30, 3072)),
         _c("c", GpuShare(1, "GPU-1", 20, 0)),  # no memory limit asked on GPU-1
-        _c("d", GpuShare(2, "GPU-2", 50, 1024), policy=PoolPolicy(sharing=SharingPolicy.BEST_EFFORT)),
+        _c("d", GpuShare(2, "GPU-2", 50, 1024), policy=PoolPolicy(sharing="best-effort")),
         _c("e", GpuShare(3, "GPU-3", 100, 0), GpuShare(4, "GPU-4", 100, 0)),  # whole GPUs: exclusive, no MPS
     ])
     assert limits == {"GPU-0": MpsLimits(60, 6144), "GPU-1": MpsLimits(20, None)}
@@ -36,7 +37,7 @@ def test_daemon_defaults_and_client_env_round_to_whole_tpcs_of_the_gpu(tmp_path:
 
 
 def test_the_agent_sends_the_rounded_default_for_the_gpus_it_found(tmp_path: Path) -> None:
-    world = World(tmp_path, policy=PoolPolicy(sharing=SharingPolicy.FIXED_SHARE), gpus="H100-80GB:1,X-24GB:1")
+    world = World(tmp_path, policy=PoolPolicy(sharing="fixed-share"), gpus="H100-80GB:1,X-24GB:1")
     world.place("a", None, gpu=0, core=60)
     world.place("b", None, gpu=1, core=60)
     world.tick()

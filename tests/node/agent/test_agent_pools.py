@@ -1,37 +1,25 @@
-"""Where the agent learns the pool policy and the containers: pools file, node labels, pods."""
+"""Where the agent learns the pool policy and the containers: pools file, node labels, pods
+(the rule itself: tests/tessera/model/test_pool_policy.py)."""
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from agent_world import NODE, World
 
-from tessera.model.contract import LABEL_MEMORY_ENFORCEMENT, LABEL_POOL
+from tessera.model.contract import LABEL_POOL
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED
-from tessera_node.agent.pools import pool_policy_for_node
-from tessera_node.agent.registry import AppClass, ContainerRegistry, MemoryEnforcement, PoolPolicy, SharingPolicy
+from tessera_node.registry import AppClass, ContainerRegistry
+from tessera.model.pool_policy import PoolPolicy
 
 POOLS = {"a100-shared": {"policy": "fixed-share", "memoryEnforcement": "enforce", "onlineOffline": True, "offlineResumeIdleSeconds": 7}}
-
-
-@pytest.mark.parametrize(
-    "labels, expected",
-    [
-        ({LABEL_POOL: "a100-shared"}, PoolPolicy(SharingPolicy.FIXED_SHARE, MemoryEnforcement.ENFORCE, True, 7.0)),
-        ({LABEL_POOL: "other", LABEL_MEMORY_ENFORCEMENT: "enforce"}, PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE)),
-        ({}, PoolPolicy()),
-    ],
-)
-def test_pools_file_entry_wins_over_labels(labels: dict[str, str], expected: PoolPolicy) -> None:
-    assert pool_policy_for_node(labels, POOLS, PoolPolicy()) == expected
 
 
 def test_agent_applies_the_pool_policy_from_the_pools_file(tmp_path: Path) -> None:
     pools_file = tmp_path / "pools.json"
     pools_file.write_text(json.dumps(POOLS))
-    world = World(tmp_path, policy=PoolPolicy())  # records say warn; the pool says enforce
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="warn"))  # records say warn; the pool says enforce
     world.settings = replace(world.settings, pools_file=pools_file)
     world.agent = world.new_agent()
     assert world.kube is not None

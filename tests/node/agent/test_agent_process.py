@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.model.contract import GpuShare
 from tessera_node.agent.fakecgroup import CgroupTreeBuilder
-from tessera_node.agent.registry import AppClass, ContainerName, ContainerRegistry, PodUid, PoolPolicy, RegisteredContainer
+from tessera_node.registry import AppClass, ContainerName, ContainerRegistry, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 from tessera_node.gpu.simulated import simulated_uuid
 
 NODE = "sim-node"

@@ -1,33 +1,21 @@
 """The container registry survives restarts, is shared between processes, and rebuilds from pods."""
 from __future__ import annotations
 
+import json
 import multiprocessing
 from pathlib import Path
 
 import pytest
 
 from tessera.model.contract import ANNOTATION_APP_CLASS, Allocation, GpuShare
-from tessera_node.agent.registry import (
-    AppClass,
-    ContainerKey,
-    ContainerName,
-    ContainerRegistry,
-    MemoryEnforcement,
-    PodUid,
-    PoolPolicy,
-    RegisteredContainer,
-    RegistryCorrupt,
-    SharingPolicy,
-    containers_from_pods,
-    pool_policy_from_node_labels,
-    reconcile_with_pods,
-)
+from tessera_node.registry import AppClass, ContainerKey, ContainerName, ContainerRegistry, PodUid, RegisteredContainer, RegistryCorrupt, containers_from_pods, reconcile_with_pods
+from tessera.model.pool_policy import PoolPolicy
 
 SHARE = GpuShare(0, "GPU-0", 40, 5120)
 
 
 def _record(uid: str, container: str = "main", app: AppClass | None = None) -> RegisteredContainer:
-    return RegisteredContainer(PodUid(uid), "ns", f"pod-{uid}", ContainerName(container), (SHARE,), app, PoolPolicy(SharingPolicy.FIXED_SHARE))
+    return RegisteredContainer(PodUid(uid), "ns", f"pod-{uid}", ContainerName(container), (SHARE,), app, PoolPolicy(sharing="fixed-share"))
 
 
 def test_records_survive_a_restart_of_the_agent(tmp_path: Path) -> None:
@@ -40,7 +28,16 @@ def test_records_survive_a_restart_of_the_agent(tmp_path: Path) -> None:
     again = ContainerRegistry(tmp_path)
     (record,) = again.all()
     assert record.pod_uid == "u1" and record.container_id == "abc" and record.app_class is AppClass.OFFLINE
-    assert record.policy.sharing is SharingPolicy.FIXED_SHARE and record.shares == (SHARE,)
+    assert record.policy.sharing == "fixed-share" and record.shares == (SHARE,)
+
+
+def test_a_registry_written_by_an_earlier_agent_keeps_its_policies(tmp_path: Path) -> None:
+    """Agents before the shared pool policy record stored it under `sharing`, with every field."""
+    record = _record("u1").to_json()
+    record["policy"] = {"sharing": "burst-share", "memoryEnforcement": "warn", "onlineOffline": True, "offlineResumeIdleSeconds": 5.0}
+    (tmp_path / "registry.json").write_text(json.dumps({"v": 1, "containers": [record]}))
+    (again,) = ContainerRegistry(tmp_path).all()
+    assert again.policy == PoolPolicy(sharing="burst-share", memory_enforcement="warn", online_offline=True, offline_resume_idle_s=5.0)
 
 
 def _register_many(state_dir: str, prefix: str) -> None:
@@ -95,16 +92,3 @@ def test_reconcile_drops_a_vanished_pod_only_after_two_listings() -> None:
     assert set(merged) == set(existing) and missing == {"gone"}
     merged, missing = reconcile_with_pods(merged, [], missing)
     assert merged == {} and missing == set()
-
-
-@pytest.mark.parametrize(
-    "labels, expected",
-    [
-        ({}, PoolPolicy()),
-        ({"tessera.dev/sharing-policy": "fixed-share", "tessera.dev/memory-enforcement": "enforce", "tessera.dev/online-offline": "true",
-          "tessera.dev/offline-resume-idle-seconds": "30"}, PoolPolicy(SharingPolicy.FIXED_SHARE, MemoryEnforcement.ENFORCE, True, 30.0)),
-        ({"tessera.dev/sharing-policy": "typo", "tessera.dev/offline-resume-idle-seconds": "x"}, PoolPolicy()),
-    ],
-)
-def test_pool_policy_from_node_labels(labels: dict[str, str], expected: PoolPolicy) -> None:
-    assert pool_policy_from_node_labels(labels) == expected

@@ -18,7 +18,8 @@ from tessera.kube.api import KubeObject
 from tessera.kube.fake import FakeKubeApi
 from tessera_node.agent.memory import REASON_MEMORY_EXCEEDED
 from tessera_node.agent.metrics import serve_metrics
-from tessera_node.agent.registry import ContainerName, MemoryEnforcement, PodUid, PoolPolicy, RegisteredContainer
+from tessera_node.registry import ContainerName, PodUid, RegisteredContainer
+from tessera.model.pool_policy import PoolPolicy
 
 LIMITS = {"infer": 2048, "embed": 1024}  # MiB of gpu-memory, both containers on GPU 0
 
@@ -52,7 +53,7 @@ class SiblingPod:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[World, Kubelet, SiblingPod, str]]:
-    world = World(tmp_path, policy=PoolPolicy(memory_enforcement=MemoryEnforcement.ENFORCE))
+    world = World(tmp_path, policy=PoolPolicy(memory_enforcement="enforce"))
     kubelet = Kubelet()
     # the pool's policy as the agent reads it from its node on every pod-status refresh
     kubelet.create_node({"metadata": {"name": NODE, "labels": {LABEL_MEMORY_ENFORCEMENT: "enforce"}}})

@@ -14,7 +14,8 @@ from tessera_node.agent.cgroups import CgroupDriver, CgroupVersion
 from tessera_node.agent.cli import add_arguments, settings_from_args
 from tessera_node.agent.colocation import REASON_PAUSED, REASON_RESUMED
 from tessera_node.agent.metrics import AgentCollector
-from tessera_node.agent.registry import AppClass, ContainerKey, ContainerName, PodUid, PoolPolicy
+from tessera_node.registry import AppClass, ContainerKey, ContainerName, PodUid
+from tessera.model.pool_policy import PoolPolicy
 from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.wake import OnlineWakeDetector, WakeSettings
 

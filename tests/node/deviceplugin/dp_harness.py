@@ -14,9 +14,9 @@ from typing import Any
 
 from tessera.model.contract import GPU_CORE, LABEL_POOL, LABEL_POOL_KIND, LABEL_SHARING_POLICY
 from tessera.kube.fake import FakeKubeApi
-from tessera_node.agent.registry import ContainerRegistry
+from tessera_node.registry import ContainerRegistry
 from tessera_node.deviceplugin.eviction import EvictionSettings
-from tessera_node.deviceplugin.health import HealthSettings
+from tessera_node.gpu.health import HealthSettings
 from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
 from extender_stand_in import ExtenderStandIn

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera_node.deviceplugin.health import HealthSettings, HealthTracker
+from tessera_node.gpu.health import HealthSettings, HealthTracker
 from tessera_node.gpu.backend import GpuIndex, XidEvent
 
 QUIET = 60.0

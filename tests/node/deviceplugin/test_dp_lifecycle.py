@@ -9,7 +9,7 @@ import pytest
 from dp_harness import NODE, Harness, wait_until
 
 from tessera.model.contract import ANNOTATION_NODE_GPUS, GPU_CORE, GPU_MEMORY, LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY, PAUSED_FOR_MIG_CHANGE
-from tessera_node.agent.registry import RegisteredContainer
+from tessera_node.registry import RegisteredContainer
 from tessera_node.gpu.backend import MigMode
 
 REREGISTER_TARGET_S = 1.0  # the product requirement: back within a second of a kubelet restart

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_ALLOCATION_CONFIGMAP, Allocation, GpuShare, NodeGpu
-from tessera_node.agent.registry import PoolPolicy
+from tessera.model.pool_policy import PoolPolicy
 from tessera_node.deviceplugin.core import Inventory, token_id
 from tessera_node.deviceplugin.podresources import TokenHolder
 from tessera_node.deviceplugin.prestart import Owner, PreStartRejected, find_owner, verify

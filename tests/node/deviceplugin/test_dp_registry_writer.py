@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from tessera.model.contract import GpuShare
-from tessera_node.agent.registry import ContainerName, ContainerRegistry, PodUid, RegisteredContainer
+from tessera_node.registry import ContainerName, ContainerRegistry, PodUid, RegisteredContainer
 from tessera_node.deviceplugin.registry_writer import RegistryWriter
 
 RECORD = RegisteredContainer(PodUid("u1"), "ns", "p", ContainerName("main"), (GpuShare(0, "GPU-a", 30, 1024),))

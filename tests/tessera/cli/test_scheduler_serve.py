@@ -132,11 +132,14 @@ def test_unreachable_cluster_exits_1_with_what_to_do(tmp_path: Path) -> None:
         (["--simulate", "NODES", "--simulate-pods", "missing.csv", "--simulate-fill", "0.5"], "missing.csv: cannot read it (No such file or directory)"),
         (["--simulate", "NODES", "--simulate-pods", "BAD_PODS", "--simulate-fill", "0.5"], "bad-pods.csv:4: cpu_milli='lots' is not a number"),
         (["--simulate", "NODES", "--simulate-pods", "CPU_PODS", "--simulate-fill", "0.5"], "cpu-pods.csv: no pod asks for a GPU"),
+        (["--simulate", "NODES", "--pools-file", "missing.json"], "--pools-file missing.json: no such file"),
+        (["--simulate", "NODES", "--pools-file", "BAD_POOLS"], "bad-pools.json: expected a JSON object of pool name -> pool settings, found list"),
     ],
 )
 def test_user_mistakes_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
     files = {"NODES": ("nodes.csv", NODES_CSV), "PODS": ("pods.csv", PODS_CSV), "BAD_PODS": ("bad-pods.csv", PODS_CSV + "broken,lots,4096,1,500,,LS,Running,2,9,2\n"),
-             "CPU_PODS": ("cpu-pods.csv", POD_HEADER + "web,2000,4096,0,0,,LS,Running,0,9,0\n")}
+             "CPU_PODS": ("cpu-pods.csv", POD_HEADER + "web,2000,4096,0,0,,LS,Running,0,9,0\n"),
+             "BAD_POOLS": ("bad-pools.json", '["not", "an object"]')}
     paths = {}
     for key, (name, text) in files.items():
         paths[key] = tmp_path / name

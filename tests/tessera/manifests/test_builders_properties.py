@@ -17,18 +17,23 @@ from tessera.model.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.manifests import extender, network, node, platform, scheduler
 from tessera.manifests.objects import KubeObject, object_id
 from tessera.manifests.settings import PlatformSettings, SchedulerSettings, SharedPool
+from tessera.model.pool_policy import PoolPolicy, policy_from_entry
 
 pool_names = st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True)
 shared_pool = st.builds(
     SharedPool,
     name=pool_names,
-    policy=st.sampled_from(["best-effort", "fixed-share", "burst-share"]),
-    placement=st.sampled_from(["binpack", "spread"]),
-    online_offline=st.booleans(),
-    qgpu_aliases=st.booleans(),
-    memory_enforcement=st.sampled_from(["warn", "enforce"]),
-    offline_resume_idle_seconds=st.floats(min_value=0.1, max_value=3600, allow_nan=False),
-    shares_per_gpu=st.none() | st.integers(min_value=1, max_value=100),
+    policy=st.builds(
+        PoolPolicy,
+        sharing=st.sampled_from(["best-effort", "fixed-share", "burst-share"]),
+        placement=st.sampled_from(["binpack", "spread"]),
+        online_offline=st.booleans(),
+        qgpu_aliases=st.booleans(),
+        memory_enforcement=st.sampled_from(["warn", "enforce"]),
+        offline_resume_idle_s=st.floats(min_value=0.1, max_value=3600, allow_nan=False),
+        shares_per_gpu=st.none() | st.integers(min_value=1, max_value=100),
+    ),
+    shares_from_labels=st.booleans(),
 )
 platforms = st.builds(
     PlatformSettings,
@@ -46,7 +51,7 @@ platforms = st.builds(
 )
 edits: st.SearchStrategy[tuple[str, list[Any]]] = st.sampled_from(
     [
-        ("policy", ["best-effort", "fixed-share", "burst-share"]),
+        ("sharing", ["best-effort", "fixed-share", "burst-share"]),
         ("placement", ["binpack", "spread"]),
         ("online_offline", [True, False]),
         ("memory_enforcement", ["warn", "enforce"]),
@@ -78,7 +83,10 @@ def _pools_doc(objs: dict[str, KubeObject]) -> str:
 @given(platforms)
 def test_pools_configmap_round_trips_every_pool(s: PlatformSettings) -> None:
     doc = json.loads(_pools_doc(_objects(s)))
-    assert doc == {p.name: p.to_json() for p in s.shared_pools}
+    assert {name: policy_from_entry(entry) for name, entry in doc.items()} == {
+        p.name: p.policy if not p.shares_from_labels else dataclasses.replace(p.policy, shares_per_gpu=None) for p in s.shared_pools
+    }
+    assert all(("sharesPerGpu" in doc[p.name]) is not p.shares_from_labels for p in s.shared_pools), "re-partitioned pools leave it to the label"
 
 
 @settings(max_examples=40, deadline=None)
@@ -87,9 +95,9 @@ def test_editing_one_pool_changes_one_line_of_one_object(s: PlatformSettings, da
     index = data.draw(st.integers(min_value=0, max_value=len(s.shared_pools) - 1))
     field, values = data.draw(edits)
     pool = s.shared_pools[index]
-    new_value: Any = data.draw(st.sampled_from([v for v in values if v != getattr(pool, field)]))
+    new_value: Any = data.draw(st.sampled_from([v for v in values if v != getattr(pool.policy, field)]))
     edited_pools = list(s.shared_pools)
-    edited_pools[index] = dataclasses.replace(pool, **{field: new_value})
+    edited_pools[index] = dataclasses.replace(pool, policy=dataclasses.replace(pool.policy, **{field: new_value}))
     before, after = _objects(s), _objects(dataclasses.replace(s, shared_pools=tuple(edited_pools)))
     assert before.keys() == after.keys()
     changed = [oid for oid in before if before[oid] != after[oid]]

@@ -91,3 +91,13 @@ def test_mps_keys_only_for_fixed_share_pools(tmp_path: Path, label: str | None, 
         assert all((f"main.{key}" in data) is mps for key in MPS_ENV_KEYS), sorted(data)
     finally:
         harness.close()
+
+
+def test_a_re_partitioned_pools_label_caps_shares_until_the_file_states_a_cap(harness: Harness, pools: Path) -> None:
+    _write(pools)  # re-partitioned pools: the file leaves sharesPerGpu to the layout's label
+    harness.pools_file = pools
+    harness.api.create_node(node_manifest("n1", gpus=1, labels={LABEL_POOL: POOL, LABEL_MAX_SHARES_PER_GPU: "1"}))
+    scheduler = harness.scheduler(harness.start())
+    assert [_run(harness, scheduler, f"night{i}") for i in range(2)] == ["n1", None], "the night layout's label: one share per GPU"
+    _write(pools, sharesPerGpu=3)  # the schedule was removed from stack config: the file states the cap
+    assert [_run(harness, scheduler, f"day{i}") for i in range(3)] == ["n1", "n1", None], "3 per GPU, the stale label ignored"

@@ -20,42 +20,20 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, NewType
 
-from tessera.model.contract import (
-    ANNOTATION_ALLOCATION,
-    ANNOTATION_APP_CLASS,
-    LABEL_MEMORY_ENFORCEMENT,
-    LABEL_ONLINE_OFFLINE,
-    LABEL_SHARING_POLICY,
-    Allocation,
-    GpuShare,
-)
+from tessera.model.contract import ANNOTATION_ALLOCATION, ANNOTATION_APP_CLASS, Allocation, GpuShare
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY, PoolPolicy, policy_from_entry
 
 PodUid = NewType("PodUid", str)
 ContainerName = NewType("ContainerName", str)
 
 REGISTRY_FILE = "registry.json"
 _FORMAT_VERSION = 1
-
-
-class SharingPolicy(str, Enum):
-    """How compute is shared on a `shared` pool (stack config `sharingPolicy`)."""
-
-    BEST_EFFORT = "best-effort"
-    FIXED_SHARE = "fixed-share"
-    BURST_SHARE = "burst-share"
-
-
-class MemoryEnforcement(str, Enum):
-    """What happens when a container uses more GPU memory than it asked for."""
-
-    WARN = "warn"  # Kubernetes Warning event only
-    ENFORCE = "enforce"  # kill the container's GPU processes, with an event
 
 
 class AppClass(str, Enum):
@@ -65,63 +43,22 @@ class AppClass(str, Enum):
     OFFLINE = "offline"
 
 
-@dataclass(frozen=True)
-class PoolPolicy:
-    """The isolation settings of the pool a node belongs to."""
-
-    sharing: SharingPolicy = SharingPolicy.BEST_EFFORT
-    """Default best-effort: it needs nothing beyond the GPU itself (no MPS daemon)."""
-    memory_enforcement: MemoryEnforcement = MemoryEnforcement.WARN
-    """Default warn: killing work is opt-in per pool."""
-    online_offline: bool = False
-    """Default off: pausing offline work only happens on pools that asked for co-location."""
-    offline_resume_idle_s: float = 2.0
-    """Stack config `offlineResumeIdleSeconds` (same default as the stack config, 2 s): long
-    enough that bursty online traffic does not thrash freeze/thaw per request, short enough that
-    offline work loses little time after a burst."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sharing": self.sharing.value,
-            "memoryEnforcement": self.memory_enforcement.value,
-            "onlineOffline": self.online_offline,
-            "offlineResumeIdleSeconds": self.offline_resume_idle_s,
-        }
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> PoolPolicy:
-        return PoolPolicy(
-            sharing=SharingPolicy(data.get("sharing", SharingPolicy.BEST_EFFORT.value)),
-            memory_enforcement=MemoryEnforcement(data.get("memoryEnforcement", MemoryEnforcement.WARN.value)),
-            online_offline=bool(data.get("onlineOffline", False)),
-            offline_resume_idle_s=float(data.get("offlineResumeIdleSeconds", 2.0)),
-        )
-
-
-# Node label carrying the pool's `offlineResumeIdleSeconds` (the other policy labels live in
-# tessera.model.contract); read by `pool_policy_from_node_labels`.
-LABEL_OFFLINE_RESUME_IDLE_SECONDS = "tessera.dev/offline-resume-idle-seconds"
-
-
-def pool_policy_from_node_labels(labels: Mapping[str, str], *, default: PoolPolicy | None = None) -> PoolPolicy:
-    """The pool policy from the labels the node pool puts on its nodes; unknown values fall back
-    to the default so a typo in a label never stops containers from starting."""
-    base = default or PoolPolicy()
-    sharing = _enum_or(SharingPolicy, labels.get(LABEL_SHARING_POLICY), base.sharing)
-    enforcement = _enum_or(MemoryEnforcement, labels.get(LABEL_MEMORY_ENFORCEMENT), base.memory_enforcement)
-    online_offline = labels.get(LABEL_ONLINE_OFFLINE, str(base.online_offline).lower()) == "true"
+def _app_class(value: str | None) -> AppClass | None:
+    """An unknown app class means no co-location, so a typo never stops a container."""
     try:
-        idle = float(labels.get(LABEL_OFFLINE_RESUME_IDLE_SECONDS, base.offline_resume_idle_s))
+        return AppClass(value) if value is not None else None
     except ValueError:
-        idle = base.offline_resume_idle_s
-    return PoolPolicy(sharing, enforcement, online_offline, idle)
+        return None
 
 
-def _enum_or(kind: type[Any], value: str | None, fallback: Any) -> Any:
-    try:
-        return kind(value) if value is not None else fallback
-    except ValueError:
-        return fallback
+def _stored_policy(data: Any) -> PoolPolicy:
+    """The policy a record was registered under, in pools-entry form; registries written before
+    that form name the sharing policy `sharing`."""
+    if not isinstance(data, Mapping):
+        return DEFAULT_POOL_POLICY
+    if "sharing" in data and "policy" not in data:
+        data = {**data, "policy": data["sharing"]}
+    return policy_from_entry(data)
 
 
 class ContainerKey(NamedTuple):
@@ -144,7 +81,7 @@ class RegisteredContainer:
     container: ContainerName
     shares: tuple[GpuShare, ...]
     app_class: AppClass | None = None  # None: the pod did not ask for co-location
-    policy: PoolPolicy = field(default_factory=PoolPolicy)
+    policy: PoolPolicy = DEFAULT_POOL_POLICY
     container_id: str | None = None  # runtime id (no "containerd://" prefix), learnt from pod status
 
     @cached_property
@@ -166,7 +103,7 @@ class RegisteredContainer:
             "container": self.container,
             "shares": [s.to_json() for s in self.shares],
             "appClass": self.app_class.value if self.app_class else None,
-            "policy": self.policy.to_json(),
+            "policy": self.policy.pools_entry(),
             "containerId": self.container_id,
         }
 
@@ -180,7 +117,7 @@ class RegisteredContainer:
             container=ContainerName(str(data["container"])),
             shares=tuple(GpuShare.from_json(s) for s in data["shares"]),
             app_class=AppClass(app_class) if app_class else None,
-            policy=PoolPolicy.from_json(data.get("policy", {})),
+            policy=_stored_policy(data.get("policy")),
             container_id=data.get("containerId"),
         )
 
@@ -344,7 +281,7 @@ def containers_from_pods(
             continue
         if allocation.node != node_name:
             continue
-        app_class = _enum_or(AppClass, annotations.get(ANNOTATION_APP_CLASS), None)
+        app_class = _app_class(annotations.get(ANNOTATION_APP_CLASS))
         ids = container_ids_from_status(pod)
         for name, shares in allocation.containers.items():
             if not shares:
