@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from tessera.model.base import ConfigModel
+from tessera.model.catalog.kubernetes import DraFeature
 from tessera.model.values import Cidr, EnvVarName, KubernetesVersion, PulumiKey
 
 Provider = Literal["tke", "existing"]
@@ -64,6 +65,7 @@ class ClusterConfig(ConfigModel):
     system_nodes: SystemNodes = Field(default_factory=SystemNodes, description="tke: non-GPU nodes for add-ons and Tessera's control plane.")
     kubeconfig: KubeconfigSource | None = Field(default=None, description="existing: where the kubeconfig comes from (required).")
     context: str | None = Field(default=None, description="existing: kubeconfig context; default the current context.")
+    feature_gates: dict[DraFeature, bool] = Field(default_factory=dict, description="existing: DRA feature gates your cluster's API server, kube-scheduler and kubelets run with, where they differ from the version's defaults (e.g. {DRAConsumableCapacity: true} on 1.34); Tessera reads them only to check what a pool with allocation: dra may use. TKE clusters run the defaults.")
 
     @property
     def is_existing(self) -> bool:
@@ -75,4 +77,4 @@ TKE_ONLY_FIELDS: tuple[str, ...] = (
     "vpc_cidr", "subnets", "endpoint", "pod_cidr", "service_cidr", "max_pods_per_node", "level", "node_os",
     "deletion_protection", "system_nodes",
 )
-EXISTING_ONLY_FIELDS: tuple[str, ...] = ("kubeconfig", "context")
+EXISTING_ONLY_FIELDS: tuple[str, ...] = ("kubeconfig", "context", "feature_gates")

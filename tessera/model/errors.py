@@ -141,6 +141,8 @@ def problems_from_validation_error(error: ValidationError, root: type[BaseModel]
             problems.extend(semantic.problems)
             continue
         loc = tuple(err["loc"])
+        if loc and loc[-1] == "[key]":  # pydantic's marker for a mapping key: the path already names the key
+            loc = loc[:-1]
         # an unknown key is reported as written, not mapped to the field it resembles
         parts = [*_walk(loc[:-1], root), loc[-1]] if err["type"] == "extra_forbidden" and loc else _walk(loc, root)
         owner = _owner_at(tuple(err["loc"][:-1]), root) if err["type"] == "extra_forbidden" else None

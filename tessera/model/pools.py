@@ -15,6 +15,7 @@ from tessera.model.pool_policy import DEFAULT_POOL_POLICY, MAX_OFFLINE_RESUME_ID
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 MigStrategy = Literal["single", "mixed"]
+AllocationRoute = Literal["device-plugin", "dra"]
 DiskType = Literal["CLOUD_PREMIUM", "CLOUD_SSD", "CLOUD_BSSD", "CLOUD_HSSD", "CLOUD_TSSD"]
 
 
@@ -136,6 +137,7 @@ class PoolBase(ConfigModel):
     gpu_driver: GpuDriverConfig = Field(default_factory=GpuDriverConfig, description="Driver/CUDA/cuDNN overrides (provider tke).")
     system_disk: SystemDisk = Field(default_factory=SystemDisk, description="System disk of each node (provider tke).")
     repartition: list[RepartitionEntry] = Field(default_factory=list, description="Scheduled layouts (seed 002); empty: the pool keeps its configured layout.")
+    allocation: AllocationRoute = Field(default="device-plugin", description="How pods get the pool's GPUs: device-plugin (extended resources through Tessera's scheduler extender and device plugin, or NVIDIA's on nvidia/mig/timeslice pools) or dra (Dynamic Resource Allocation: ResourceClaims against Tessera's DRA driver; shared pools, Kubernetes 1.34 or later; see docs/dra.md).")
 
     @property
     def desired(self) -> int:

@@ -13,12 +13,14 @@ from typing import Final, Protocol
 
 from tessera.model.capacity import node_capacity, pools_mig_strategy
 from tessera.model.catalog import instance_type
+from tessera.model.catalog.kubernetes import TKE_VERSIONS, nearest_tke_versions, newest_tke_version, tke_version
 from tessera.model.cluster import EXISTING_ONLY_FIELDS, TKE_ONLY_FIELDS, ClusterConfig
 from tessera.model.contract import GPU_CORE, GPU_MEMORY, NVIDIA_GPU
 from tessera.model.platform import GpuOperatorConfig, ImagesConfig, MonitoringConfig, NamespaceQuota, SchedulerConfig
 from tessera.model.pools import PoolBase
 from tessera.model.problems import Problem, at
 from tessera.model.rules_monitoring import monitoring_problems
+from tessera.model.rules_dra import dra_pool_problems, feature_gate_problems
 from tessera.model.rules_pools import pool_problems, unique_name_problems
 from tessera.model.rules_workloads import workload_problems
 from tessera.model.workloads import Workload
@@ -77,10 +79,15 @@ def _tke_problems(cfg: Stack) -> list[Problem]:
         out.append(Problem(REGION_KEY, f"{cfg.region!r} is not a Tencent Cloud region such as ap-guangzhou"))
     for field in EXISTING_ONLY_FIELDS:
         if cluster.user_set(field):
-            out.append(Problem(at("cluster", field), "only applies to provider existing; a TKE cluster's kubeconfig is an output of the stack"))
-    for field, example in (("kubernetes_version", '"1.30.0"'), ("vpc_cidr", "10.0.0.0/16")):
+            why = "TKE runs each version's default feature gates" if field == "feature_gates" else "a TKE cluster's kubeconfig is an output of the stack"
+            out.append(Problem(at("cluster", _camel(field)), f"only applies to provider existing; {why}"))
+    for field, example in (("kubernetes_version", f'"{newest_tke_version().version}"'), ("vpc_cidr", "10.0.0.0/16")):
         if getattr(cluster, field) is None:
             out.append(Problem(at("cluster", _camel(field)), f"is required for provider tke, e.g. {example}"))
+    if cluster.kubernetes_version is not None and tke_version(cluster.kubernetes_version) is None:
+        nearest = " or ".join(nearest_tke_versions(cluster.kubernetes_version))
+        offered = ", ".join(TKE_VERSIONS)
+        out.append(Problem(at("cluster", "kubernetesVersion"), f"{cluster.kubernetes_version} is not a version TKE offers (TKE releases even minor versions: {offered}); nearest: {nearest}"))
     if not cluster.subnets:
         out.append(Problem(at("cluster", "subnets"), "needs at least one subnet, e.g. [{zone: ap-guangzhou-3, cidr: 10.0.1.0/24}]"))
     out += _network_problems(cluster, cfg.region)
@@ -249,11 +256,12 @@ def check_stack(cfg: Stack, is_stack_key: Callable[[str], bool]) -> list[Problem
     pools: list[PoolBase] = list(cfg.node_pools)
     broken: set[str] = set()  # pools with problems of their own: the workloads on them are not judged
     for i, pool in enumerate(pools):
-        problems = pool_problems(pool, i, cfg.cluster)
+        problems = pool_problems(pool, i, cfg.cluster) + dra_pool_problems(pool, i, cfg.cluster)
         if problems:
             broken.add(pool.name)
         out += problems
     out += unique_name_problems(pools)
+    out += feature_gate_problems(cfg.cluster)
     out += _platform_problems(cfg, is_stack_key)
     out += workload_problems(cfg, frozenset(broken))
     return out

@@ -231,7 +231,9 @@ class Generator:
             return f"list[{self.annotation(get_args(tp)[0], owner, name)}]"
         if get_origin(tp) is dict:
             key, value = get_args(tp)
-            if key is not str:
+            # keys limited to a Literal (feature gate names) are strings to the schema; the provider's
+            # validation with the model names an unknown one
+            if key is not str and not (get_origin(key) is Literal and all(isinstance(v, str) for v in get_args(key))):
                 raise TypeError(f"{owner.__name__}.{name}: mapping keys must be strings")
             return f"dict[str, {self.annotation(value, owner, name)}]"
         members = _model_union(tp)

@@ -8,11 +8,12 @@ from .cluster import ClusterLevel, Endpoint, ExistingClusterConfig, KubeconfigSo
 from .component_args import ExistingClusterPlatformArgs, TkeGpuClusterArgs
 from .monitoring import AlertsConfig, DashboardsConfig, GrafanaConfig, KubePrometheusStackConfig, MonitoringConfig, MonitoringMode, Resources
 from .platform import ExtenderConfig, FailurePolicy, GpuOperatorConfig, ImageRef, ImagesConfig, LeaderElectionConfig, LogLevel, NamespaceQuota, NodePlacement, PullPolicy, SchedulerConfig, WebhookConfig
-from .pools import DiskType, GpuDriverConfig, GpuPlacement, MemoryEnforcement, MigConfig, MigStrategy, NodePool, PoolKind, RepartitionEntry, SharingConfig, SharingPolicy, SystemDisk, Taint, TaintEffect, TimeSlicingConfig
+from .pools import AllocationRoute, DiskType, GpuDriverConfig, GpuPlacement, MemoryEnforcement, MigConfig, MigStrategy, NodePool, PoolKind, RepartitionEntry, SharingConfig, SharingPolicy, SystemDisk, Taint, TaintEffect, TimeSlicingConfig
 from .workloads import AppClass, EnvVar, HttpProbe, KeyRef, MetricQuery, MetricType, PortProtocol, ScalingMetric, SeriesKind, ServiceType, TargetType, Workload, WorkloadGpu, WorkloadMetrics, WorkloadPort, WorkloadScaling, WorkloadVolume
 
 __all__ = [
     'AlertsConfig',
+    'AllocationRoute',
     'AppClass',
     'ClusterLevel',
     'DashboardsConfig',

@@ -112,3 +112,5 @@ class ExistingClusterConfig(TypedDict):
     """Where the kubeconfig comes from (required)."""
     context: NotRequired[str]
     """Kubeconfig context; default the current context."""
+    feature_gates: NotRequired[dict[str, bool]]
+    """DRA feature gates your cluster's API server, kube-scheduler and kubelets run with, where they differ from the version's defaults (e.g. {DRAConsumableCapacity: true} on 1.34); Tessera reads them only to check what a pool with allocation: dra may use. TKE clusters run the defaults. Default: empty."""

@@ -32,6 +32,13 @@ class DiskType(str, Enum):
     CloudTssd = 'CLOUD_TSSD'
 
 
+class AllocationRoute(str, Enum):
+    """How pods get the pool's GPUs: device-plugin (extended resources through Tessera's scheduler extender and device plugin, or NVIDIA's on nvidia/mig/timeslice pools) or dra (Dynamic Resource Allocation: ResourceClaims against Tessera's DRA driver; shared pools, Kubernetes 1.34 or later; see docs/dra.md)."""
+
+    DevicePlugin = 'device-plugin'
+    Dra = 'dra'
+
+
 class SharingPolicy(str, Enum):
     """Isolation policy: best-effort (work-conserving), fixed-share (compute capped at the request), burst-share (guaranteed request, may use idle compute)."""
 
@@ -194,6 +201,8 @@ timeslice: Whole GPUs advertised several times by NVIDIA's device plugin (time-s
     """System disk of each node (provider tke)."""
     repartition: NotRequired[list[RepartitionEntry]]
     """Scheduled layouts (seed 002); empty: the pool keeps its configured layout. Default: empty."""
+    allocation: NotRequired[AllocationRoute]
+    """How pods get the pool's GPUs: device-plugin (extended resources through Tessera's scheduler extender and device plugin, or NVIDIA's on nvidia/mig/timeslice pools) or dra (Dynamic Resource Allocation: ResourceClaims against Tessera's DRA driver; shared pools, Kubernetes 1.34 or later; see docs/dra.md). Default: `device-plugin`."""
     sharing: NotRequired[SharingConfig]
     """Pools of kind shared only. Isolation policy, GPU placement, online/offline, qGPU aliases."""
     mig: NotRequired[MigConfig]
