@@ -10,6 +10,7 @@ allow.
 | extender | 8888 (filter/prioritize/bind, /metrics) | tessera-scheduler pods; the other extender replicas (a standby forwards to the leader); Prometheus (every replica) |
 | tessera-scheduler | 10259 (/metrics, HTTPS + token review) | Prometheus |
 | tessera-node | agent and device plugin metrics ports | Prometheus |
+| tessera-dra | the agent's metrics port | Prometheus |
 | tessera-webhook | 8443 (admission, HTTPS) | anywhere: the API server's address is not portable; the policy still closes every other port |
 
 "Prometheus" is any pod labelled `app.kubernetes.io/name: prometheus` in any namespace (the label
@@ -22,7 +23,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from tessera.model.contract import EXTENDER_PORT
-from tessera.manifests import extender, node, scheduler, webhook
+from tessera.manifests import dra, extender, node, scheduler, webhook
 from tessera.manifests.objects import KubeObject, metadata, obj, selector_labels
 from tessera.manifests.settings import PlatformSettings
 from tessera.webhook.settings import DEFAULT_PORT as WEBHOOK_PORT
@@ -61,10 +62,16 @@ def build_network_policies(settings: PlatformSettings) -> dict[str, list[KubeObj
     extender_rules = [_rule(EXTENDER_PORT, [scheduler_pods, extender_pods, *scrape])]
     scheduler_rules = [_rule(scheduler.SECURE_PORT, scrape)] if scrape else []
     node_rules = [_rule(port, scrape) for port in (settings.monitoring.metrics_port, settings.monitoring.device_plugin_metrics_port)] if scrape else []
+    node_policies = []
+    if len(settings.dra_pools) < len(settings.shared_pools):
+        node_policies.append(_policy(node.NAME, node.COMPONENT, settings, node_rules))
+    if settings.dra_pools:  # the agent beside the DRA plugin serves only its own metrics port
+        agent_rules = [_rule(settings.monitoring.metrics_port, scrape)] if scrape else []
+        node_policies.append(_policy(dra.NAME, dra.COMPONENT, settings, agent_rules))
     return {
         extender.COMPONENT: [_policy(extender.NAME, extender.COMPONENT, settings, extender_rules)],
         scheduler.COMPONENT: [_policy(scheduler.NAME, scheduler.COMPONENT, settings, scheduler_rules)],
-        node.COMPONENT: [_policy(node.NAME, node.COMPONENT, settings, node_rules)],
+        node.COMPONENT: node_policies,
     }
 
 

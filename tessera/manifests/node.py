@@ -29,7 +29,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Final
 
-from tessera.model.contract import LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
+from tessera.model.contract import LABEL_ALLOCATION, LABEL_POOL_KIND, PRIORITY_CLASS_CRITICAL, TAINT_GPU
 from tessera.manifests.objects import (
     KubeObject,
     component_labels,
@@ -79,11 +79,11 @@ def node_rules() -> list[dict[str, Any]]:
     ]
 
 
-def _host_path(name: str, path: str, kind: str) -> dict[str, Any]:
+def host_path(name: str, path: str, kind: str) -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
 
-def _common_env() -> list[dict[str, Any]]:
+def common_env() -> list[dict[str, Any]]:
     return [field_env("NODE_NAME", "spec.nodeName"), *env(pools_env())]
 
 
@@ -97,7 +97,7 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
             "--metrics-port", str(settings.monitoring.device_plugin_metrics_port),
         ],
         "env": [
-            *_common_env(),
+            *common_env(),
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         ],
@@ -132,7 +132,7 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
     }
 
 
-def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
+def agent_container(settings: PlatformSettings) -> dict[str, Any]:
     probe = {"httpGet": {"path": "/metrics", "port": "metrics", "scheme": "HTTP"}, "periodSeconds": 15, "timeoutSeconds": 3}
     return {
         "name": "agent",
@@ -140,7 +140,7 @@ def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
         "imagePullPolicy": settings.pull_policy,
         "command": ["tessera", "node", "agent", "--metrics-port", str(settings.monitoring.metrics_port)],
         "env": [
-            *_common_env(),
+            *common_env(),
             # compute for nvidia-cuda-mps-control, utility for NVML
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
@@ -161,7 +161,7 @@ def _agent_container(settings: PlatformSettings) -> dict[str, Any]:
     }
 
 
-def _lease_guard_container(settings: PlatformSettings) -> dict[str, Any]:
+def lease_guard_container(settings: PlatformSettings) -> dict[str, Any]:
     # A separate container so that an agent killed with SIGKILL (OOM, crash) cannot take the guard
     # with it: freezes expire here even while the agent restarts.
     return {
@@ -169,7 +169,7 @@ def _lease_guard_container(settings: PlatformSettings) -> dict[str, Any]:
         "image": settings.tessera_image,
         "imagePullPolicy": settings.pull_policy,
         "command": ["tessera", "node", "agent", "--lease-guard"],
-        "env": _common_env(),
+        "env": common_env(),
         "resources": resources("10m", "32Mi", "200m", "128Mi"),
         "securityContext": {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True},
         "volumeMounts": [
@@ -197,17 +197,18 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
         # RuntimeDefault for the device plugin; the privileged agent runs unconfined regardless
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": dict(SHARED_NODE_SELECTOR),
+        **_off_dra_nodes(settings),
         # every GPU pool is tainted tessera.dev/gpu=<kind>:NoSchedule; the selector already limits us to shared
         "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 30,  # the agent thaws frozen containers on SIGTERM
         **settings.pull_secrets_spec(),
-        "containers": [_device_plugin_container(settings), _agent_container(settings), _lease_guard_container(settings)],
+        "containers": [_device_plugin_container(settings), agent_container(settings), lease_guard_container(settings)],
         "volumes": [
-            _host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
-            _host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),
-            _host_path("state", STATE_DIR, "DirectoryOrCreate"),
-            _host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
-            _host_path("cgroup", CGROUP_DIR, "Directory"),
+            host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
+            host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),
+            host_path("state", STATE_DIR, "DirectoryOrCreate"),
+            host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
+            host_path("cgroup", CGROUP_DIR, "Directory"),
             pools_volume(),
             tmp_volume(),
         ],
@@ -225,6 +226,15 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
             "template": {"metadata": {"labels": dict(sorted(labels.items()))}, "spec": pod_spec},
         },
     )
+
+
+def _off_dra_nodes(settings: PlatformSettings) -> dict[str, Any]:
+    """Shared pools on the DRA route run Tessera's DRA plugin instead (`dra.py`); only a stack that
+    has one carries the rule, so the DaemonSet of other stacks stays as it was."""
+    if not settings.dra_pools:
+        return {}
+    term = {"matchExpressions": [{"key": LABEL_ALLOCATION, "operator": "NotIn", "values": ["dra"]}]}
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}
 
 
 def _metrics_service(settings: PlatformSettings) -> KubeObject:
@@ -249,8 +259,9 @@ def _metrics_service(settings: PlatformSettings) -> KubeObject:
 
 
 def build_node_objects(settings: PlatformSettings) -> list[KubeObject]:
-    """ServiceAccount, RBAC, DaemonSet and metrics Service of the node side."""
-    if not settings.sharing_enabled:
+    """ServiceAccount, RBAC, DaemonSet and metrics Service of the device-plugin route's node side,
+    when a shared pool is on that route."""
+    if len(settings.dra_pools) == len(settings.shared_pools):
         return []
     return [
         service_account(NAME, COMPONENT, settings.namespace),

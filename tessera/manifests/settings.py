@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tessera.model.contract import TESSERA_NAMESPACE, NodePlacement
 from tessera.model.leader_election import LeaderElectionTiming
 from tessera.model.pool_policy import DEFAULT_POOL_POLICY, PoolPolicy
+from tessera.model.pools import AllocationRoute
 
 if TYPE_CHECKING:  # the adapter is the only place that knows the config model
     from tessera.model.stack import StackConfig
@@ -25,6 +26,7 @@ class SharedPool:
     policy: PoolPolicy = DEFAULT_POOL_POLICY
     shares_from_labels: bool = False
     """Scheduled re-partitioning owns the pool's shares per GPU (on the node label)."""
+    allocation: AllocationRoute = "device-plugin"
 
     def to_json(self) -> dict[str, Any]:
         return self.policy.pools_entry(shares_from_labels=self.shares_from_labels)
@@ -93,6 +95,11 @@ class PlatformSettings:
     pull_secrets: tuple[str, ...] = field(default=())
 
     @property
+    def dra_pools(self) -> tuple[SharedPool, ...]:
+        """The shared pools on the DRA route."""
+        return tuple(p for p in self.shared_pools if p.allocation == "dra")
+
+    @property
     def sharing_enabled(self) -> bool:
         """The extender, second scheduler and node DaemonSet exist only when a shared pool does."""
         return bool(self.shared_pools)
@@ -109,7 +116,7 @@ DEFAULT_KUBERNETES_VERSION = "1.30.0"
 def platform_settings(config: StackConfig) -> PlatformSettings:
     """The adapter: a validated StackConfig -> the settings the builders read."""
     shared = tuple(
-        SharedPool(name=p.name, policy=p.sharing.pool_policy(), shares_from_labels=bool(p.repartition))
+        SharedPool(name=p.name, policy=p.sharing.pool_policy(), shares_from_labels=bool(p.repartition), allocation=p.allocation)
         for p in sorted(config.node_pools, key=lambda p: p.name)
         if p.kind == "shared"
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from tessera.manifests import (
+    dra,
     extender,
     kube_prometheus_stack,
     monitoring,
@@ -65,7 +66,7 @@ def _sharing_components(settings: PlatformSettings) -> dict[str, list[KubeObject
         "platform": platform.build_platform_objects(settings),
         "extender": extender.build_extender_objects(settings) + policies.get(extender.COMPONENT, []),
         "scheduler": scheduler.build_scheduler_objects(settings) + policies.get(scheduler.COMPONENT, []),
-        "node": node.build_node_objects(settings) + policies.get(node.COMPONENT, []),
+        "node": node.build_node_objects(settings) + dra.build_dra_objects(settings) + policies.get(node.COMPONENT, []),
     }
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from tessera.model.capacity import pools_mig_strategy, replica_request
-from tessera.model.contract import PRIORITY_CLASS_OFFLINE, PRIORITY_CLASS_ONLINE, SCHEDULER_NAME, ANNOTATION_APP_CLASS, LABEL_POOL
+from tessera.model.contract import CORE_PER_GPU, DRA_DRIVER, PRIORITY_CLASS_OFFLINE, PRIORITY_CLASS_ONLINE, SCHEDULER_NAME, ANNOTATION_APP_CLASS, LABEL_POOL
 from tessera.model.labels_taints import AnyPool, pool_taints
 from tessera.model.pools import SharedPool
 from tessera.model.workloads import EnvVar, HttpProbe, Workload
@@ -47,6 +47,7 @@ MANAGED_BY: Final = "tessera"
 PRIORITY_OF_CLASS: Final = {"online": PRIORITY_CLASS_ONLINE, "offline": PRIORITY_CLASS_OFFLINE}
 TMP_VOLUME: Final = "tmp"
 TMP_SIZE_LIMIT: Final = "1Gi"  # scratch space beside a read-only root file system
+CLAIM_REQUEST: Final = "gpu"  # the pod's claim, the claim's one request, and the container's reference
 
 
 def selector(w: Workload) -> dict[str, str]:
@@ -60,6 +61,10 @@ def labels(w: Workload) -> dict[str, str]:
 
 def _meta(w: Workload, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"name": w.name, "namespace": w.namespace, "labels": dict(sorted({**labels(w), **(extra_labels or {})}.items()))}
+
+
+def _meta_named(w: Workload, name: str) -> dict[str, Any]:
+    return {**_meta(w), "name": name}
 
 
 def _env(var: EnvVar) -> dict[str, Any]:
@@ -87,8 +92,34 @@ def gpu_resources(w: Workload, config: StackConfig) -> dict[str, str]:
     return {name: str(amount) for name, amount in sorted(request.items())}
 
 
+def _on_dra(w: Workload, config: StackConfig) -> bool:
+    return config.pool(w.pool).allocation == "dra"
+
+
+def claim_template_name(w: Workload) -> str:
+    return f"{w.name}-gpu"
+
+
+def claim_template(w: Workload, config: StackConfig) -> KubeObject:
+    """On a dra pool: the ResourceClaimTemplate each replica's claim is made from. A share asks for
+    capacity of one device (`cores` in percent, `memory`); N x 100 cores ask for N whole devices.
+    A pool that gives a whole GPU per claim (`sharesPerGpu: 1`) asks for devices only, which needs
+    no consumable capacity."""
+    pool = cast(SharedPool, config.pool(w.pool))
+    core = w.gpu.core or CORE_PER_GPU
+    count, per_device = (core // CORE_PER_GPU, CORE_PER_GPU) if core >= CORE_PER_GPU else (1, core)
+    exactly: dict[str, Any] = {"deviceClassName": f"{pool.name}.{DRA_DRIVER}", "allocationMode": "ExactCount", "count": count}
+    if pool.sharing.shares_per_gpu != 1:
+        requests = {"cores": str(per_device)}
+        if w.gpu.memory_mib is not None:
+            requests["memory"] = f"{w.gpu.memory_mib}Mi"
+        exactly["capacity"] = {"requests": requests}
+    spec = {"spec": {"devices": {"requests": [{"name": CLAIM_REQUEST, "exactly": exactly}]}}}
+    return obj("resource.k8s.io/v1", "ResourceClaimTemplate", _meta_named(w, claim_template_name(w)), spec=spec)
+
+
 def _container(w: Workload, config: StackConfig) -> dict[str, Any]:
-    gpu = gpu_resources(w, config)
+    gpu = {} if _on_dra(w, config) else gpu_resources(w, config)
     r = w.resources
     container: dict[str, Any] = {
         "name": w.name,
@@ -120,6 +151,8 @@ def _container(w: Workload, config: StackConfig) -> dict[str, Any]:
     if w.liveness_probe is not None:
         container["livenessProbe"] = _probe(w.liveness_probe)
     container["volumeMounts"] += [{"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in w.volumes]
+    if _on_dra(w, config):
+        container["resources"]["claims"] = [{"name": CLAIM_REQUEST}]
     return container
 
 
@@ -162,7 +195,10 @@ def _pod_spec(w: Workload, config: StackConfig) -> dict[str, Any]:
         "containers": [_container(w, config)],
         "volumes": _volumes(w),
     }
-    if isinstance(pool, SharedPool):
+    if isinstance(pool, SharedPool) and pool.allocation == "dra":
+        # kube-scheduler's DRA allocator places claims; Tessera's scheduler serves the device-plugin route
+        spec["resourceClaims"] = [{"name": CLAIM_REQUEST, "resourceClaimTemplateName": claim_template_name(w)}]
+    elif isinstance(pool, SharedPool):
         spec["schedulerName"] = SCHEDULER_NAME
     if w.app_class is not None:
         spec["priorityClassName"] = PRIORITY_OF_CLASS[w.app_class]
@@ -246,6 +282,8 @@ def pod_monitor(w: Workload, config: StackConfig) -> KubeObject | None:
 def workload_objects(w: Workload, config: StackConfig) -> list[KubeObject]:
     """Everything one workload is made of."""
     out = [service_account(w), deployment(w, config), disruption_budget(w), network_policy(w)]
+    if _on_dra(w, config):
+        out.append(claim_template(w, config))
     if w.ports:
         out.append(service(w))
     for extra in (autoscaler(w), pod_monitor(w, config)):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tessera.model.contract import CORE_PER_GPU, GPU_CORE, GPU_MEMORY, NVIDIA_GPU
+from tessera.model.contract import CORE_PER_GPU, DRA_DRIVER, GPU_CORE, GPU_MEMORY, NVIDIA_GPU
 from tessera.model.mig import MigStrategy, cluster_mig_strategy, mig_replicas, mig_resources, resolve_layout
 from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeSlicingConfig, TimeslicePool
 from tessera.model.workloads import WorkloadGpu
@@ -45,11 +45,19 @@ def timeslice_replicas(pool: TimeslicePool) -> int:
     return pool.time_slicing.replicas_for((NVIDIA_GPU,)).get(NVIDIA_GPU, 1)
 
 
+# What a dra pool's devices offer, named for `tessera plan` (they are ResourceSlice capacities of
+# the driver's devices, not extended resources of the node).
+DRA_CORES = f"{DRA_DRIVER} cores"
+DRA_MEMORY_MIB = f"{DRA_DRIVER} memory MiB"
+
+
 def node_capacity(pool: PoolBase, strategy: MigStrategy) -> dict[str, int]:
-    """Extended resource -> amount one node of the pool advertises (valid after StackConfig validation)."""
+    """Extended resource (DRA capacity on a dra pool) -> amount one node of the pool advertises
+    (valid after StackConfig validation)."""
     gpus, model = pool.gpus_per_node(), pool.gpu_spec()
     if isinstance(pool, SharedPool):
-        return {GPU_CORE: CORE_PER_GPU * gpus, GPU_MEMORY: model.memory_mib * gpus}
+        cores, memory = (DRA_CORES, DRA_MEMORY_MIB) if pool.allocation == "dra" else (GPU_CORE, GPU_MEMORY)
+        return {cores: CORE_PER_GPU * gpus, memory: model.memory_mib * gpus}
     if isinstance(pool, MigPool):
         counts = resolve_layout(model, pool.mig.profile) or {}
         resources = mig_resources(strategy, counts)
@@ -77,9 +85,10 @@ def replica_request(gpu: WorkloadGpu, pool: PoolBase, strategy: MigStrategy) -> 
     """Extended resource -> amount one replica asks for on `pool`; only the keys of the pool's kind
     count (the rules report the others)."""
     if isinstance(pool, SharedPool):
-        out = {GPU_CORE: gpu.core} if gpu.core is not None else {}
+        cores, memory = (DRA_CORES, DRA_MEMORY_MIB) if pool.allocation == "dra" else (GPU_CORE, GPU_MEMORY)
+        out = {cores: gpu.core} if gpu.core is not None else {}
         if gpu.memory_mib is not None:
-            out[GPU_MEMORY] = gpu.memory_mib
+            out[memory] = gpu.memory_mib
         return out
     if isinstance(pool, MigPool):
         return {mig_slice_resource(pool, gpu.mig_profile, strategy): 1} if gpu.mig_profile is not None else {}

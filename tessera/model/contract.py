@@ -215,6 +215,10 @@ LABEL_NAMESPACE_QGPU_ALIASES: Final = "tessera.dev/qgpu-aliases"
 LABEL_MAX_SHARES_PER_GPU: Final = "tessera.dev/max-shares-per-gpu"
 # Node label: index of the re-partitioning layout last applied to the node ("default" = the pool's own).
 LABEL_LAYOUT: Final = "tessera.dev/layout"
+# Nodes of a pool with `allocation: dra`; the device plugin's DaemonSet avoids them, the DRA
+# plugin's selects them, and the extender leaves them to kube-scheduler's DRA allocator.
+LABEL_ALLOCATION: Final = "tessera.dev/allocation"
+DRA_DRIVER: Final = "gpu.tessera.dev"  # the DRA driver name: ResourceSlices, DeviceClasses, CDI
 
 
 # --- MPS directories (extender writes them into the allocation ConfigMap; node agent creates them) --

@@ -22,6 +22,7 @@ from typing import Final, Literal
 
 from tessera.model.pools import MigPool, NvidiaPool, SharedPool, TimeslicePool
 from tessera.model.contract import (
+    LABEL_ALLOCATION,
     LABEL_GPUTYPE,
     LABEL_NVIDIA_DEVICE_PLUGIN_CONFIG,
     LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY,
@@ -65,6 +66,8 @@ def pool_labels(pool: AnyPool) -> dict[str, str]:
         # The extender caps containers per GPU by tessera.dev/max-shares-per-gpu (the pools file
         # carries it too); scheduled re-partitioning overwrites that label per layout.
         labels.update(pool.sharing.pool_policy().node_labels())
+        if pool.allocation == "dra":
+            labels[LABEL_ALLOCATION] = "dra"
         # gpu-operator skips its device plugin on nodes with this label; Tessera's serves them.
         labels[LABEL_NVIDIA_DEVICE_PLUGIN_DEPLOY] = "false"
     if isinstance(pool, MigPool):

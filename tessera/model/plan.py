@@ -13,7 +13,7 @@ from tessera.model.plan_monitoring import KUBE_PROMETHEUS_STACK, monitoring_line
 from tessera.model.plan_workloads import WorkloadPlan, plan_workloads
 from tessera.model.pools import MigPool, PoolBase, SharedPool, TimeslicePool
 from tessera.model.stack import StackConfig
-from tessera.model.contract import NVIDIA_GPU
+from tessera.model.contract import DRA_DRIVER, NVIDIA_GPU
 
 # in-cluster components, by the name `tessera plan` shows
 NVIDIA_DEVICE_PLUGIN: Final = "nvidia-device-plugin"
@@ -22,6 +22,7 @@ MIG_MANAGER: Final = "nvidia-mig-manager"
 DCGM_EXPORTER: Final = "dcgm-exporter"
 TESSERA_DEVICE_PLUGIN: Final = "tessera-device-plugin"
 TESSERA_NODE_AGENT: Final = "tessera-node-agent"
+TESSERA_DRA_PLUGIN: Final = "tessera-dra-plugin"
 TESSERA_SCHEDULER: Final = "tessera-scheduler"
 TESSERA_WEBHOOK: Final = "tessera-webhook"
 GPU_OPERATOR: Final = "gpu-operator"
@@ -188,6 +189,9 @@ def _kind_plan(pool: PoolBase, cfg: StackConfig) -> tuple[dict[str, int], list[s
             details.append(f"at most {sharing.shares_per_gpu} containers per GPU")
         if sharing.qgpu_aliases:
             details.append("accepts qGPU resource names")
+        if pool.allocation == "dra":
+            details.append(f"allocation dra: ResourceClaims on DeviceClass {pool.name}.{DRA_DRIVER}")
+            return node_capacity(pool, stack_mig_strategy(cfg)), details, [TESSERA_DRA_PLUGIN, TESSERA_NODE_AGENT, *dcgm]
         return node_capacity(pool, stack_mig_strategy(cfg)), details, [TESSERA_DEVICE_PLUGIN, TESSERA_NODE_AGENT, *dcgm]
     if isinstance(pool, MigPool):
         # resource names follow gpu-operator's one cluster-wide strategy, not the pool's own

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tessera.alloc import Cluster, Evaluation, FitFailure, InvalidRequest, NodeState, Placement, PodRequest, ReserveConflict
 from tessera.alloc import node_state_from_k8s
 from tessera.alloc.model import MILLI_PER_GPU, PodUid
-from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND
+from tessera.model.contract import ANNOTATION_ALLOCATION, LABEL_ALLOCATION, LABEL_POOL, LABEL_POOL_KIND
 from tessera.kube.api import KubeObject
 from tessera.model.pools_file import NO_DOCUMENT, PoolsFile
 from tessera.scheduler.evaluation_views import EvaluationViews
@@ -70,8 +70,9 @@ class StateSettings:
 
 
 def is_shared_gpu_node(node: KubeObject) -> bool:
-    kind = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_POOL_KIND)
-    return kind in (None, "shared")
+    """A node of a shared pool on the device-plugin route (a dra pool's nodes are kube-scheduler's)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_POOL_KIND) in (None, "shared") and labels.get(LABEL_ALLOCATION) != "dra"
 
 
 class SchedulerState:

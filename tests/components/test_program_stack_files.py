@@ -47,6 +47,7 @@ SHIPPED: Final = [
     Shipped(ROOT / "stacks" / "Pulumi.prod.yaml", ("grafanaAdminPassword",), existing=False),
     Shipped(ROOT / "stacks" / "Pulumi.local.yaml", (), existing=True),
     Shipped(ROOT / "examples" / "triton" / "Pulumi.triton.yaml", (), existing=True),
+    Shipped(ROOT / "examples" / "dra" / "Pulumi.dra.yaml", (), existing=True),
 ]
 
 

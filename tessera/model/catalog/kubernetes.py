@@ -115,7 +115,7 @@ def feature_step(feature: DraFeature, minor: int) -> FeatureStep | None:
     return steps[-1] if steps else None
 
 
-def feature_on(feature: DraFeature, minor: int, declared: Mapping[str, bool]) -> bool:
+def feature_on(feature: DraFeature, minor: int, declared: Mapping[DraFeature, bool]) -> bool:
     """Whether a 1.<minor> cluster runs with the gate on: as declared, else the default. A GA gate
     is on whatever is declared (it can no longer be switched off in practice)."""
     step = feature_step(feature, minor)
