@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
 
 from tessera.model.contract import ANNOTATION_APP_CLASS, CORE_PER_GPU, DRA_CAPACITY_CORES, DRA_CAPACITY_MEMORY, DRA_DRIVER, GpuShare, NodeGpu
@@ -177,7 +177,7 @@ def _share(claim: ClaimRef, result: Mapping[str, Any], gpu: NodeGpu) -> GpuShare
         raise ClaimError(f"claim {claim}: device {result.get('device')}: consumedCapacity: {exc}") from None
     if cores != cores.to_integral_value() or not 1 <= cores <= CORE_PER_GPU:
         raise ClaimError(f"claim {claim}: device {result.get('device')}: consumes {cores} {DRA_CAPACITY_CORES}; the device has {CORE_PER_GPU} (whole numbers 1..{CORE_PER_GPU})")
-    mib = int(-(-memory // _MIB))  # whole MiB, rounded up
+    mib = int((memory / _MIB).to_integral_value(rounding=ROUND_CEILING))  # whole MiB, rounded up
     if memory < 0 or mib > gpu.memory_mib:
         raise ClaimError(f"claim {claim}: device {result.get('device')}: consumes {consumed.get(DRA_CAPACITY_MEMORY)} of {DRA_CAPACITY_MEMORY}; the device has {gpu.memory_mib}Mi")
     return GpuShare(gpu.index, gpu.uuid, int(cores), mib)

@@ -120,12 +120,16 @@ class DraPlugin:
         self._ready_sent = False
 
     # --- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Read the GPUs and the node, restore prepared claims, serve both sockets, publish."""
+    def open(self) -> None:
+        """Read the GPUs and the node, and restore the prepared claims: ready to prepare."""
         self._backend.open()
         self.gpus = gpus_from_backend(self._backend)
         self.refresh_node()
         self.restore()
+
+    def start(self) -> None:
+        """`open`, then serve both sockets and publish the slice."""
+        self.open()
         self._dra_server.start()  # the endpoint first: kubelet dials it right after GetInfo
         self._reg_server.start()
         self.publish()
