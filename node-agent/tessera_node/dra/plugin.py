@@ -118,6 +118,7 @@ class DraPlugin:
         self._dra_server = UnixServer(settings.dra_socket, lambda server: add_dra_services(server, self, self.counters))
         self._reg_server = UnixServer(settings.registration_socket, lambda server: reg_grpc.add_RegistrationServicer_to_server(self._registration, server))
         self._ready_sent = False
+        self._refusal_logged = False  # the "not a shared pool" warning, once per episode
 
     # --- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -182,10 +183,12 @@ class DraPlugin:
 
     def publish(self) -> None:
         with self._lock:
-            gpus = self.gpus if self.serves_pool else []
+            serves = self.serves_pool
+            gpus = self.gpus if serves else []
             policy, labels = self.policy, dict(self._labels)
-        if not self.serves_pool:
-            log.warning("node %s is in a %s pool: the DRA plugin serves shared pools only and publishes no devices", self.settings.node_name, self._labels.get(LABEL_POOL_KIND))
+        if not serves and not self._refusal_logged:
+            log.warning("node %s is in a %s pool: the DRA plugin serves shared pools only and publishes no devices", self.settings.node_name, labels.get(LABEL_POOL_KIND))
+        self._refusal_logged = not serves
         self._slices.publish(gpus, policy, labels)
 
     # --- restart ---------------------------------------------------------------------------------
