@@ -1,6 +1,6 @@
-"""`tessera-node device-plugin|agent`: the node DaemonSet's processes. Wiring only.
+"""`tessera-node device-plugin|agent|dra-plugin`: the node DaemonSet's processes. Wiring only.
 
-The same commands answer as `tessera node device-plugin|agent`: the `tessera` CLI finds them through
+The same commands answer as `tessera node device-plugin|agent|dra-plugin`: the `tessera` CLI finds them through
 the `tessera.node_commands` entry points (pyproject.toml), which name the `NodeCommand`s below, so the
 `tessera` package never imports this one. A command's module is imported only when its parser is
 built.
@@ -32,11 +32,12 @@ class NodeCommand:
 
 DEVICE_PLUGIN = NodeCommand("advertise tessera.dev/gpu-core to kubelet and check each container's allocation", "tessera_node.deviceplugin.cli")
 AGENT = NodeCommand("enforce isolation (MPS, memory, online/offline) and export GPU metrics", "tessera_node.agent.cli")
-COMMANDS: dict[str, NodeCommand] = {"device-plugin": DEVICE_PLUGIN, "agent": AGENT}
+DRA_PLUGIN = NodeCommand("serve the node's GPUs to kubelet as DRA driver gpu.tessera.dev (ResourceSlices, prepare/unprepare, CDI)", "tessera_node.dra.cli")
+COMMANDS: dict[str, NodeCommand] = {"device-plugin": DEVICE_PLUGIN, "agent": AGENT, "dra-plugin": DRA_PLUGIN}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tessera-node", description="Tessera's node side: device plugin and isolation agent.")
+    parser = argparse.ArgumentParser(prog="tessera-node", description="Tessera's node side: device plugin, DRA plugin and isolation agent.")
     commands: Any = parser.add_subparsers(dest="node_command", required=True, metavar="NODE_COMMAND")
     for name, command in COMMANDS.items():
         sub: argparse.ArgumentParser = commands.add_parser(name, help=command.help)

@@ -128,6 +128,30 @@ class KubeApi(Protocol):
         """PUT; with `metadata.resourceVersion` in `body`, `Conflict` when it is stale."""
         ...
 
+    # --- Dynamic Resource Allocation (resource.k8s.io/v1), for the DRA kubelet plugin ---
+    def get_resource_claim(self, namespace: str, name: str) -> KubeObject:
+        """`NotFound` when there is none."""
+        ...
+
+    def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
+        """ResourceSlices (cluster-scoped), filtered by the field selectors `spec.nodeName` and
+        `spec.driver` the API server supports for them."""
+        ...
+
+    def create_resource_slice(self, body: KubeObject) -> KubeObject:
+        """POST; `metadata.generateName` instead of a name lets the server pick one. `Conflict`
+        (409 AlreadyExists) for a taken name."""
+        ...
+
+    def replace_resource_slice(self, name: str, body: KubeObject) -> KubeObject:
+        """PUT; with `metadata.resourceVersion` in `body`, `Conflict` when it is stale; `NotFound`
+        when the slice is gone."""
+        ...
+
+    def delete_resource_slice(self, name: str) -> None:
+        """`NotFound` when there is none."""
+        ...
+
     # --- watches ---
     # A watch without `resource_version` starts with synthetic ADDED events for every existing
     # object; with one, it replays what happened after it (410 `KubeApiError` when too old).

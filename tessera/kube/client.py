@@ -176,7 +176,9 @@ class KubernetesClientApi:
         response = self._open(what, fn, *args, _request_timeout=self._settings.request_timeout_s, **kwargs)
         return self._read(what, response)
 
-    def _send(self, what: str, method: str, path: str, path_params: dict[str, str], body: KubeObject) -> KubeObject:
+    def _send(
+        self, what: str, method: str, path: str, path_params: dict[str, str], body: KubeObject | None, *, query: list[tuple[str, str]] | None = None
+    ) -> KubeObject:
         """A request with `body` as it is (no model round trip); same outcomes as `_call`."""
         from kubernetes.client.exceptions import ApiException
 
@@ -184,6 +186,7 @@ class KubernetesClientApi:
             method=method,
             resource_path=path,
             path_params=path_params,
+            query_params=query or [],
             header_params={"Accept": _JSON, "Content-Type": _JSON},
             body=body,
             auth_settings=["BearerToken"],
@@ -295,6 +298,28 @@ class KubernetesClientApi:
     def replace_lease(self, namespace: str, name: str, body: KubeObject) -> KubeObject:
         path = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         return self._send(f"replace lease {namespace}/{name}", "PUT", path, {"namespace": namespace, "name": name}, body)
+
+    # --- resource.k8s.io/v1 (sent as JSON by path: no dependence on the package's generated models) ---
+    def get_resource_claim(self, namespace: str, name: str) -> KubeObject:
+        path = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+        return self._send(f"get resourceclaim {namespace}/{name}", "GET", path, {"namespace": namespace, "name": name}, None)
+
+    def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
+        selectors = [f"spec.nodeName={node_name}"] if node_name is not None else []
+        selectors += [f"spec.driver={driver}"] if driver is not None else []
+        query = [("fieldSelector", ",".join(selectors))] if selectors else []
+        data = self._send("list resourceslices", "GET", "/apis/resource.k8s.io/v1/resourceslices", {}, None, query=query)
+        return list(data.get("items") or [])
+
+    def create_resource_slice(self, body: KubeObject) -> KubeObject:
+        meta = body.get("metadata") or {}
+        return self._send(f"create resourceslice {meta.get('name') or meta.get('generateName')}", "POST", "/apis/resource.k8s.io/v1/resourceslices", {}, body)
+
+    def replace_resource_slice(self, name: str, body: KubeObject) -> KubeObject:
+        return self._send(f"replace resourceslice {name}", "PUT", "/apis/resource.k8s.io/v1/resourceslices/{name}", {"name": name}, body)
+
+    def delete_resource_slice(self, name: str) -> None:
+        self._send(f"delete resourceslice {name}", "DELETE", "/apis/resource.k8s.io/v1/resourceslices/{name}", {"name": name}, None)
 
     # --- watches --------------------------------------------------------------------------------
     def watch_pods(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:

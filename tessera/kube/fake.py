@@ -12,6 +12,7 @@ it mean something:
 - evicting a pod deletes it like `delete_pod`, unless a disruption budget set with
   `set_disruption_budget` has no disruption left: 429, as the Eviction API answers;
 - Leases (coordination.k8s.io/v1) as `fake_leases` describes;
+- ResourceSlices and ResourceClaims (resource.k8s.io/v1) as `fake_dra` describes;
 - watches replay events after a resourceVersion, or start with synthetic ADDED events of every
   object when no resourceVersion is given, and answer 410 Gone as `fake_watch` describes.
 
@@ -41,6 +42,7 @@ from typing import Any
 
 from tessera.kube.api import Conflict, KubeObject, WatchEvent, WatchEventType
 from tessera.kube.fake_configmaps import ConfigMapTable
+from tessera.kube.fake_dra import ResourceClaimTable, ResourceSliceTable
 from tessera.kube.fake_leases import LeaseTable
 from tessera.kube.fake_status import (
     NODES,
@@ -59,6 +61,10 @@ from tessera.kube.fake_watch import Kind, WatchLog
 
 _DEFAULT_HISTORY = 10_000  # events kept per kind for watch resumption
 _PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _copy(obj: Any) -> Any:
@@ -107,7 +113,7 @@ def _merge_map(target: dict[str, Any], patch: Mapping[str, str | None]) -> None:
 class FakeKubeApi:
     """In-memory API server; see the module docstring for the semantics it keeps."""
 
-    def __init__(self, *, history: int = _DEFAULT_HISTORY) -> None:
+    def __init__(self, *, history: int = _DEFAULT_HISTORY, dra_consumable_capacity: bool = True) -> None:
         self._cond = threading.Condition(threading.RLock())
         self._revision = 0
         self._pods: dict[tuple[str, str], KubeObject] = {}
@@ -118,6 +124,9 @@ class FakeKubeApi:
         self._budgets: dict[tuple[str, str], _DisruptionBudget] = {}
         self._watch_log = WatchLog(self._cond, history)
         self._leases = LeaseTable(self._bump)
+        # dra_consumable_capacity: the DRAConsumableCapacity gate (off = a 1.34 API server's default)
+        self._slices = ResourceSliceTable(self._bump, consumable_capacity=dra_consumable_capacity)
+        self._claims = ResourceClaimTable(self._bump)
         self._closed = False
         # counters a test or benchmark can read to prove what happened
         self.bind_calls = 0
@@ -430,6 +439,46 @@ class FakeKubeApi:
         with self._cond:
             lease, created = self._leases.replace(namespace, name, _copy(body))
             return _copy(lease), created
+
+    # --- resource.k8s.io/v1 -------------------------------------------------------------------
+    def get_resource_claim(self, namespace: str, name: str) -> KubeObject:
+        with self._cond:
+            return _copy(self._claims.get(namespace, name))
+
+    def put_resource_claim(self, body: KubeObject) -> KubeObject:
+        """Test helper (not part of KubeApi): store a ResourceClaim as given, status included,
+        as if created and then allocated and reserved by kube-scheduler."""
+        with self._cond:
+            return _copy(self._claims.put(_copy(body), str(uuid.uuid4()), _now()))
+
+    def delete_resource_claim(self, namespace: str, name: str) -> None:
+        """Test helper (not part of KubeApi)."""
+        with self._cond:
+            self._claims.delete(namespace, name)
+
+    def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
+        with self._cond:
+            return [_copy(s) for s in self._slices.select(node_name, driver)]
+
+    def create_resource_slice(self, body: KubeObject) -> KubeObject:
+        with self._cond:
+            try:
+                return _copy(self._slices.create(_copy(body), str(uuid.uuid4()), _now()))
+            except Conflict:
+                self.conflicts += 1
+                raise
+
+    def replace_resource_slice(self, name: str, body: KubeObject) -> KubeObject:
+        with self._cond:
+            try:
+                return _copy(self._slices.replace(name, _copy(body)))
+            except Conflict:
+                self.conflicts += 1
+                raise
+
+    def delete_resource_slice(self, name: str) -> None:
+        with self._cond:
+            self._slices.delete(name)
 
     # --- watches --------------------------------------------------------------------------------
     def watch_pods(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:

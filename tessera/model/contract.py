@@ -218,7 +218,7 @@ LABEL_LAYOUT: Final = "tessera.dev/layout"
 # Nodes of a pool with `allocation: dra`; the device plugin's DaemonSet avoids them, the DRA
 # plugin's selects them, and the extender leaves them to kube-scheduler's DRA allocator.
 LABEL_ALLOCATION: Final = "tessera.dev/allocation"
-DRA_DRIVER: Final = "gpu.tessera.dev"  # the DRA driver name: ResourceSlices, DeviceClasses, CDI
+
 
 
 # --- MPS directories (extender writes them into the allocation ConfigMap; node agent creates them) --
@@ -236,3 +236,15 @@ def mps_log_directory(gpu_uuid: str) -> str:
 # Priority of Tessera's own pods (scheduler, extender, node DaemonSet, webhook): the highest value a
 # user PriorityClass may have. Not system-*-critical: some clusters (GKE) admit those only in kube-system.
 PRIORITY_CLASS_CRITICAL: Final = "tessera-critical"
+
+
+# --- Dynamic Resource Allocation (resource.k8s.io/v1) ---------------------------------------------
+# The DRA driver name: ResourceSlices' spec.driver, DeviceClass selectors, allocation results'
+# driver, the kubelet plugin's registration name (its sockets live under
+# /var/lib/kubelet/plugins/<driver>/). The scheduler side writes DeviceClasses that name it; the node
+# side (tessera_node.dra) publishes and prepares its devices.
+DRA_DRIVER: Final = "gpu.tessera.dev"
+# The consumable capacities of each GPU device (KEP-5075): compute in percent of the GPU, memory in
+# bytes as a quantity (the slice says e.g. "15360Mi").
+DRA_CAPACITY_CORES: Final = "cores"
+DRA_CAPACITY_MEMORY: Final = "memory"

@@ -41,6 +41,12 @@ REQUESTS: dict[str, tuple[str, str, str]] = {
     "get_lease": ("coordination.k8s.io", "leases", "get"),
     "replace_lease": ("coordination.k8s.io", "leases", "update"),
     "create_lease": ("coordination.k8s.io", "leases", "create"),
+    # the DRA kubelet plugin (tessera node dra-plugin)
+    "get_resource_claim": ("resource.k8s.io", "resourceclaims", "get"),
+    "list_resource_slices": ("resource.k8s.io", "resourceslices", "list"),
+    "create_resource_slice": ("resource.k8s.io", "resourceslices", "create"),
+    "replace_resource_slice": ("resource.k8s.io", "resourceslices", "update"),
+    "delete_resource_slice": ("resource.k8s.io", "resourceslices", "delete"),
 }
 
 

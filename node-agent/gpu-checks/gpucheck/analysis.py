@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-CHECK_ORDER: tuple[str, ...] = ("nvml", "overhead", "mps", "besteffort", "memory", "colocation", "burst")
+CHECK_ORDER: tuple[str, ...] = ("nvml", "overhead", "mps", "besteffort", "memory", "colocation", "burst", "dra")
 
 OK, FAILED, ERROR, SKIPPED = "ok", "failed", "error", "skipped"
 STATUSES = (OK, FAILED, ERROR, SKIPPED)

@@ -236,17 +236,14 @@ def check_besteffort(ctx: Context) -> dict[str, Any]:
     return check_result(OK, BESTEFFORT_RATIO, value, **figures)
 
 
-def check_memory(ctx: Context) -> dict[str, Any]:
-    """The agent's memory guard (enforce) kills a container over its gpu-memory through NVML, and
-    leaves a compliant neighbour alone; then MPS's own pinned memory limit, if MPS is here."""
-    limit = 2048
-    policy = PoolPolicy(memory_enforcement="enforce")
-    hog_rec, ok_rec = record(ctx, "hog", 50, limit, policy), record(ctx, "compliant", 50, limit, policy)
+def memory_guard(ctx: Context, name: str, hog_rec: RegisteredContainer, ok_rec: RegisteredContainer, limit: int) -> dict[str, Any]:
+    """The agent's memory guard over two registered containers of `limit` MiB: a hog that grows
+    past it must be killed within KILL_SECONDS, the compliant neighbour left alone."""
     exclusive = ctx.gpu.compute_mode == "exclusive_process"
     specs = [("mem-hog", {"hold_mib": 512, "grow_mib": 2 * limit})] + ([] if exclusive else [("mem-ok", {"hold_mib": 256})])
     workers, pid_note = _prepare(ctx, specs)
     pairs = list(zip([hog_rec, ok_rec], workers))
-    run = AgentRun(ctx, "memory", pairs)
+    run = AgentRun(ctx, name, pairs)
     run.start()
     try:
         time.sleep(1.5)  # the agent has sampled the workers under their limits at least once
@@ -272,6 +269,15 @@ def check_memory(ctx: Context) -> dict[str, Any]:
     out = check_result(OK, KILL_SECONDS, killed_after, agent_kill=agent_part)
     if killed_after is None or (not exclusive and not survivor_alive) or run.error:
         out["status"] = FAILED
+    return out
+
+
+def check_memory(ctx: Context) -> dict[str, Any]:
+    """The agent's memory guard (enforce) kills a container over its gpu-memory through NVML, and
+    leaves a compliant neighbour alone; then MPS's own pinned memory limit, if MPS is here."""
+    limit = 2048
+    policy = PoolPolicy(memory_enforcement="enforce")
+    out = memory_guard(ctx, "memory", record(ctx, "hog", 50, limit, policy), record(ctx, "compliant", 50, limit, policy), limit)
     if ctx.env.mps_control is None:
         out["mps_pinned_limit"] = {"status": SKIPPED, "reason": "nvidia-cuda-mps-control is not on PATH"}
     else:

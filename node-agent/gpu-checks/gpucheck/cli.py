@@ -72,6 +72,7 @@ def estimate_s(name: str, seconds: float, pattern: tuple[float, float], cycles: 
         "memory": 2 * start_s + 25,
         "colocation": 2 * (start_s + cycles * (pattern[0] + pattern[1])) + 10,
         "burst": start_s + max(6.0, 2 * seconds) + 14,
+        "dra": 2 * start_s + 30,
     }[name]
 
 
@@ -116,12 +117,13 @@ def run(argv: list[str] | None = None) -> int:
         return _finish(report, args.output, started)
 
     from gpucheck.checks_agent import check_besteffort, check_burst, check_colocation, check_memory, check_nvml
+    from gpucheck.checks_dra import check_dra
     from gpucheck.checks_mps import check_mps, check_overhead
     from gpucheck.world import Context
 
     table: dict[str, Callable[[Context], dict[str, Any]]] = {
         "nvml": check_nvml, "overhead": check_overhead, "mps": check_mps, "besteffort": check_besteffort,
-        "memory": check_memory, "colocation": check_colocation, "burst": check_burst,
+        "memory": check_memory, "colocation": check_colocation, "burst": check_burst, "dra": check_dra,
     }
     skips = skip_reasons(env, args.only)
     workdir = Path(tempfile.mkdtemp(prefix="tessera-gpu-checks-"))

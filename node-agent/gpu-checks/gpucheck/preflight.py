@@ -19,7 +19,8 @@ from typing import Any
 WHEELS_HINT = "pip install --no-index --find-links node-agent/gpu-checks/wheels {pkg}  (run-on-gpu.sh does this)"
 WHERE_HINT = "run on a machine with an NVIDIA GPU, its driver and PyTorch: bash node-agent/gpu-checks/run-on-gpu.sh"
 
-NEEDS_AGENT = ("memory", "colocation", "burst")  # import the agent loop (prometheus_client)
+NEEDS_AGENT = ("memory", "colocation", "burst", "dra")  # import the agent loop (prometheus_client)
+NEEDS_GRPC = ("dra",)  # the DRA plugin and the kubelet emulator speak gRPC (grpcio, protobuf: binary wheels, not shipped)
 NEEDS_MPS = ("mps", "overhead")  # nvidia-cuda-mps-control (memory uses it for one half)
 NEEDS_TWO_NATIVE = ("besteffort", "colocation", "burst")  # two non-MPS CUDA processes at once
 
@@ -51,6 +52,7 @@ class Environment:
     cuda_available: bool = False
     pynvml_error: str | None = None
     prometheus_error: str | None = None
+    grpc_error: str | None = None
     nvml_error: str | None = None
     driver: str | None = None
     gpus: list[Gpu] = field(default_factory=list)
@@ -94,6 +96,9 @@ def skip_reasons(env: Environment, checks: list[str]) -> dict[str, str]:
         if name in NEEDS_AGENT and env.prometheus_error:
             out[name] = (f"the agent loop imports prometheus_client, which is missing ({env.prometheus_error}): "
                          + WHEELS_HINT.format(pkg="prometheus-client"))
+        elif name in NEEDS_GRPC and env.grpc_error:
+            out[name] = (f"the DRA plugin speaks gRPC, and grpcio/protobuf are missing here ({env.grpc_error}): "
+                         "install them into the GPU machine's Python (pip install grpcio protobuf) to prove the DRA route")
         elif name in NEEDS_MPS and env.mps_control is None:
             out[name] = "nvidia-cuda-mps-control is not on PATH (the driver's MPS utilities; nvidia-utils / cuda-mps packages)"
         elif name in NEEDS_TWO_NATIVE and exclusive:
@@ -170,6 +175,7 @@ def probe_environment(torch_timeout_s: float = 180.0) -> Environment:
     env.cuda_available = bool(torch.get("available"))
     env.pynvml_error = _import_error("pynvml")
     env.prometheus_error = _import_error("prometheus_client")
+    env.grpc_error = _import_error("grpc") or _import_error("google.protobuf")
     if env.pynvml_error is None:
         probe_nvml(env)
     env.mps_control = shutil.which("nvidia-cuda-mps-control")

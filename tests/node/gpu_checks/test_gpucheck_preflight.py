@@ -49,8 +49,13 @@ def test_several_problems_are_all_named() -> None:
 
 def test_without_prometheus_client_the_agent_checks_skip_and_say_how_to_install_it() -> None:
     skips = skip_reasons(ready(prometheus_error="No module named 'prometheus_client'"), list(CHECK_ORDER))
-    assert sorted(skips) == ["burst", "colocation", "memory"]
+    assert sorted(skips) == ["burst", "colocation", "dra", "memory"]
     assert all("--find-links node-agent/gpu-checks/wheels prometheus-client" in r for r in skips.values())
+
+
+def test_without_grpc_the_dra_check_skips_and_says_what_it_needs() -> None:
+    skips = skip_reasons(ready(grpc_error="No module named 'grpc'"), list(CHECK_ORDER))
+    assert sorted(skips) == ["dra"] and "grpcio/protobuf are missing" in skips["dra"]
 
 
 def test_without_the_mps_binary_the_mps_checks_skip() -> None:

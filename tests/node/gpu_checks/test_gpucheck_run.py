@@ -55,7 +55,7 @@ def test_run_on_gpu_here_exits_2_and_says_what_to_install_and_where_to_run(tmp_p
     report = json.loads((tmp_path / "out" / "gpu-checks.json").read_text())
     assert report["status"] == "skipped" and report["exit_code"] == 2
     assert "PyTorch" in report["reason"] and "bash node-agent/gpu-checks/run-on-gpu.sh" in report["reason"]
-    assert set(report["checks"]) == {"nvml", "overhead", "mps", "besteffort", "memory", "colocation", "burst"}
+    assert set(report["checks"]) == {"nvml", "overhead", "mps", "besteffort", "memory", "colocation", "burst", "dra"}
     assert all(c["status"] == "skipped" for c in report["checks"].values())
     # the tail a remote tool shows ends with the summary and the reason
     assert "== GPU checks summary (exit 2) ==" in done.stdout and "reason: PyTorch" in done.stdout
@@ -128,6 +128,14 @@ def test_every_check_runs_end_to_end_on_the_fake_gpu_and_leaves_nothing_behind(t
     assert burst["throttle_events"] > 0 and all(n > 0 for n in burst["freezes"].values())
     assert 1.4 < burst["value"] < 2.6
 
+    # the DRA route: the plugin prepared both claims (kubelet 1.36 emulator, real sockets) and the
+    # agent killed the hog over its claim's memory from the records the plugin registered
+    dra = checks["dra"]
+    assert dra["status"] == "ok", json.dumps(dra, indent=1)[:3000]
+    assert dra["dra"]["service"] == "v1.DRAPlugin" and dra["dra"]["slice_devices"] == ["gpu-0"]
+    assert {e["TESSERA_GPU_MEMORY_MIB"] for e in dra["dra"]["cdi_env"].values()} == {"2048"}
+    assert dra["agent_kill"]["hog_exit_code"] == -signal.SIGKILL and dra["agent_kill"]["compliant_neighbour"] == "alive"
+
     assert live_fake_gpu_processes(Path(env["FAKEGPU_STATE"])) == []
     # this run's own cgroup (named in the report) is gone; other runs on the machine may hold theirs
     if not report["cgroups"].startswith("emulated"):
@@ -193,7 +201,7 @@ def test_the_script_imports_on_the_oldest_python_it_supports(tmp_path: Path) -> 
         pytest.skip("no Python 3.9 here")
     wheels = [str(p) for p in (CHECKS_DIR / "wheels").glob("*.whl")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CHECKS_DIR), str(REPO), str(REPO / "node-agent"), *wheels])}
-    modules = "gpucheck.cli, gpucheck.checks_agent, gpucheck.checks_mps, gpucheck.worker_main, tessera_node.agent.loop, tessera_node.gpu.nvml"
+    modules = "gpucheck.cli, gpucheck.checks_agent, gpucheck.checks_dra, gpucheck.checks_mps, gpucheck.worker_main, tessera_node.agent.loop, tessera_node.gpu.nvml"
     done = subprocess.run([py39, "-B", "-c", f"import {modules}; import pynvml, prometheus_client"],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -188,3 +188,27 @@ def test_lease_writes_send_micro_times_exactly_as_given(serve: Callable[[Behavio
     head, _, body = server.requests[0].partition(b"\r\n\r\n")
     assert head.startswith(b"PUT /apis/coordination.k8s.io/v1/namespaces/ns/leases/tessera-extender HTTP/1.1")
     assert json.loads(body) == LEASE == answered  # the model round trip would send "2026-11-28T10:00:00+00:00"
+
+
+def answer_list(conn: socket.socket, body: bytes) -> None:
+    reply = json.dumps({"kind": "ResourceSliceList", "items": [{"metadata": {"name": "s"}}], "metadata": {}}).encode()
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(reply), reply))
+
+
+@pytest.mark.parametrize(
+    ("call", "request_line"),
+    [
+        (lambda api: api.get_resource_claim("ns", "c"), b"GET /apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c HTTP/1.1"),
+        (lambda api: api.list_resource_slices(node_name="n1", driver="gpu.tessera.dev"), b"GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dn1%2Cspec.driver%3Dgpu.tessera.dev HTTP/1.1"),
+        (lambda api: api.list_resource_slices(), b"GET /apis/resource.k8s.io/v1/resourceslices HTTP/1.1"),
+        (lambda api: api.create_resource_slice({"metadata": {"generateName": "n1-"}}), b"POST /apis/resource.k8s.io/v1/resourceslices HTTP/1.1"),
+        (lambda api: api.replace_resource_slice("s", {"metadata": {"name": "s"}}), b"PUT /apis/resource.k8s.io/v1/resourceslices/s HTTP/1.1"),
+        (lambda api: api.delete_resource_slice("s"), b"DELETE /apis/resource.k8s.io/v1/resourceslices/s HTTP/1.1"),
+    ],
+)
+def test_resource_api_calls_go_to_resource_k8s_io_v1(serve: Callable[[Behaviour], RawServer], tmp_path: Path, call: Callable[[KubeApi], Any], request_line: bytes) -> None:
+    server = serve(answer_list)
+    answer = call(connect(server.port, tmp_path))
+    assert server.requests[0].split(b"\r\n", 1)[0] == request_line
+    if request_line.startswith(b"GET /apis/resource.k8s.io/v1/resourceslices"):
+        assert answer == [{"metadata": {"name": "s"}}]

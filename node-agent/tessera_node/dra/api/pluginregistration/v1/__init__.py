@@ -1,0 +1,1 @@
+"""Generated kubelet API bindings (see scripts/gen-protos.sh)."""
