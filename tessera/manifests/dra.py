@@ -17,31 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tessera.model.contract import DRA_DRIVER, LABEL_ALLOCATION, PRIORITY_CLASS_CRITICAL, TAINT_GPU
-from tessera.manifests.node import (
-    CGROUP_DIR,
-    CHECKOV_SKIPS,
-    POD_RESOURCES_DIR,
-    RUN_DIR,
-    STATE_DIR,
-    agent_container,
-    common_env,
-    host_path,
-    lease_guard_container,
-)
-from tessera.manifests.objects import (
-    KubeObject,
-    component_labels,
-    metadata,
-    obj,
-    policy_rule,
-    resources,
-    selector_labels,
-    service_account,
-    tmp_mount,
-    tmp_volume,
-)
-from tessera.manifests.pools import pools_mount, pools_volume
+from tessera.model.contract import DRA_DRIVER, LABEL_ALLOCATION
+from tessera.manifests.node import STATE_DIR, common_env, host_path, node_daemonset
+from tessera.manifests.objects import KubeObject, metadata, obj, policy_rule, resources, service_account, tmp_mount
+from tessera.manifests.pools import pools_mount
 from tessera.manifests.rbac import cluster_grant
 from tessera.manifests.settings import PlatformSettings
 
@@ -116,41 +95,12 @@ def _plugin_container(settings: PlatformSettings) -> dict[str, Any]:
 
 
 def _daemonset(settings: PlatformSettings) -> KubeObject:
-    pod_spec = {
-        "serviceAccountName": NAME,
-        "automountServiceAccountToken": True,
-        "priorityClassName": PRIORITY_CLASS_CRITICAL,
-        "hostPID": True,  # the agent maps NVML process ids to pods, as on the device-plugin route
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "nodeSelector": {LABEL_ALLOCATION: "dra"},
-        "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        "terminationGracePeriodSeconds": 30,
-        **settings.pull_secrets_spec(),
-        "containers": [_plugin_container(settings), agent_container(settings), lease_guard_container(settings)],
-        "volumes": [
-            host_path("plugins-registry", PLUGINS_REGISTRY_DIR, "Directory"),
-            host_path("plugin", PLUGIN_DIR, "DirectoryOrCreate"),
-            host_path("cdi", CDI_DIR, "DirectoryOrCreate"),
-            host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),
-            host_path("state", STATE_DIR, "DirectoryOrCreate"),
-            host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
-            host_path("cgroup", CGROUP_DIR, "Directory"),
-            pools_volume(),
-            tmp_volume(),
-        ],
-    }
-    labels = component_labels(COMPONENT, NAME)
-    return obj(
-        "apps/v1",
-        "DaemonSet",
-        metadata(NAME, COMPONENT, settings.namespace, annotations=CHECKOV_SKIPS),
-        spec={
-            "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector_labels(COMPONENT, NAME)},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-            "template": {"metadata": {"labels": dict(sorted(labels.items()))}, "spec": pod_spec},
-        },
-    )
+    volumes = [
+        host_path("plugins-registry", PLUGINS_REGISTRY_DIR, "Directory"),
+        host_path("plugin", PLUGIN_DIR, "DirectoryOrCreate"),
+        host_path("cdi", CDI_DIR, "DirectoryOrCreate"),
+    ]
+    return node_daemonset(settings, NAME, {"nodeSelector": {LABEL_ALLOCATION: "dra"}}, _plugin_container(settings), volumes)
 
 
 def _slice_policy(settings: PlatformSettings) -> list[KubeObject]:

@@ -188,23 +188,26 @@ CHECKOV_SKIPS: Final = MappingProxyType(
 )
 
 
-def _daemonset(settings: PlatformSettings) -> KubeObject:
+def node_daemonset(
+    settings: PlatformSettings, name: str, placement: dict[str, Any], plugin: dict[str, Any], plugin_volumes: list[dict[str, Any]]
+) -> KubeObject:
+    """A DaemonSet of a route's node side: its plugin container beside the agent and the lease
+    guard, on the nodes `placement` (nodeSelector, affinity) picks. Both routes build theirs here."""
     pod_spec = {
-        "serviceAccountName": NAME,
-        "automountServiceAccountToken": True,  # both containers are API clients
+        "serviceAccountName": name,
+        "automountServiceAccountToken": True,  # the plugin and the agent are API clients
         "priorityClassName": PRIORITY_CLASS_CRITICAL,
         "hostPID": True,
-        # RuntimeDefault for the device plugin; the privileged agent runs unconfined regardless
+        # RuntimeDefault for the plugin; the privileged agent runs unconfined regardless
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "nodeSelector": dict(SHARED_NODE_SELECTOR),
-        **_off_dra_nodes(settings),
-        # every GPU pool is tainted tessera.dev/gpu=<kind>:NoSchedule; the selector already limits us to shared
+        **placement,
+        # every GPU pool is tainted tessera.dev/gpu=<kind>:NoSchedule; the selector already limits the nodes
         "tolerations": [{"key": TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 30,  # the agent thaws frozen containers on SIGTERM
         **settings.pull_secrets_spec(),
-        "containers": [_device_plugin_container(settings), agent_container(settings), lease_guard_container(settings)],
+        "containers": [plugin, agent_container(settings), lease_guard_container(settings)],
         "volumes": [
-            host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory"),
+            *plugin_volumes,
             host_path("pod-resources", POD_RESOURCES_DIR, "Directory"),
             host_path("state", STATE_DIR, "DirectoryOrCreate"),
             host_path("run-tessera", RUN_DIR, "DirectoryOrCreate"),
@@ -213,19 +216,25 @@ def _daemonset(settings: PlatformSettings) -> KubeObject:
             tmp_volume(),
         ],
     }
-    labels = component_labels(COMPONENT, NAME)
+    labels = component_labels(COMPONENT, name)
     return obj(
         "apps/v1",
         "DaemonSet",
-        metadata(NAME, COMPONENT, settings.namespace, annotations=CHECKOV_SKIPS),
+        metadata(name, COMPONENT, settings.namespace, annotations=CHECKOV_SKIPS),
         spec={
             "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector_labels(COMPONENT, NAME)},
+            "selector": {"matchLabels": selector_labels(COMPONENT, name)},
             # one node at a time: the new agent thaws anything the old one left frozen before moving on
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {"metadata": {"labels": dict(sorted(labels.items()))}, "spec": pod_spec},
         },
     )
+
+
+def _daemonset(settings: PlatformSettings) -> KubeObject:
+    placement = {"nodeSelector": dict(SHARED_NODE_SELECTOR), **_off_dra_nodes(settings)}
+    volumes = [host_path("device-plugins", DEVICE_PLUGIN_DIR, "Directory")]
+    return node_daemonset(settings, NAME, placement, _device_plugin_container(settings), volumes)
 
 
 def _off_dra_nodes(settings: PlatformSettings) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from tessera_node.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from tessera_node.gpu.simulated import SimulatedBackend
 from extender_stand_in import apply_json_patch
 from tessera_node.testing.kubelet_emulator import ContainerView, KubeletEmulator
+from tessera_node.testing.kubelet_versions import kubelet_for
 
 FAST_PLUGIN = DevicePluginSettings(
     node_name="",
@@ -180,7 +181,8 @@ class E2ECluster:
         )
         settings = _with_pools_file(settings, self.pools_file)
         backend = SimulatedBackend.from_spec(gpus, node_seed=name)
-        kubelet = KubeletEmulator(settings.device_plugin_dir, settings.pod_resources_socket, self.api).start()
+        version = kubelet_for(self.config.cluster.kubernetes_version or "1.30.0")  # kubelet runs the cluster's release
+        kubelet = KubeletEmulator(settings.device_plugin_dir, settings.pod_resources_socket, self.api, version=version).start()
         calls: set[str] = set()
         plugin = DevicePlugin(settings, backend, cast(KubeApi, RecordingApi(self.api, calls)), ContainerRegistry(settings.state_dir))
         node = SharedNode(name, root, backend, kubelet, plugin, settings, calls=calls)

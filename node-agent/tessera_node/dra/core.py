@@ -33,20 +33,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Final
 
 from tessera.model.contract import ANNOTATION_APP_CLASS, CORE_PER_GPU, DRA_CAPACITY_CORES, DRA_CAPACITY_MEMORY, DRA_DRIVER, GpuShare, NodeGpu
 from tessera.model.pool_policy import PoolPolicy
+from tessera.model.quantity import parse_quantity
 from tessera_node.registry import AppClass, ContainerKey, ContainerName, PodUid, RegisteredContainer
 
 _DEVICE: Final = re.compile(r"^gpu-(?P<index>\d{1,3})$")
 _MIB: Final = Decimal(2) ** 20
-_SUFFIX: Final = {
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60, "m": Decimal("1e-3"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-}
 
 
 class ClaimError(ValueError):
@@ -61,24 +57,6 @@ def device_name(index: int) -> str:
 def device_index(name: str) -> int | None:
     match = _DEVICE.match(name)
     return int(match.group("index")) if match else None
-
-
-def parse_quantity(text: object) -> Decimal:
-    """A Kubernetes quantity ("50", "4Gi", "4096Mi", "1.5G") in base units; ValueError if unreadable."""
-    s = str(text).strip()
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if s.endswith(suffix) and s[: -len(suffix)]:
-            number, factor = s[: -len(suffix)], _SUFFIX[suffix]
-            break
-    else:
-        number, factor = s, Decimal(1)
-    try:
-        value = Decimal(number) * factor
-    except InvalidOperation:
-        raise ValueError(f"{text!r} is not a quantity") from None
-    if not value.is_finite():
-        raise ValueError(f"{text!r} is not a quantity")
-    return value
 
 
 def memory_quantity(mib: int) -> str:

@@ -109,6 +109,13 @@ KUBELET_1_34 = KubeletVersion("1.34", has_get=True, get_enabled=True)  # and eve
 VERSIONS = {v.name: v for v in (KUBELET_1_26, KUBELET_1_30, KUBELET_1_34)}
 
 
+def kubelet_for(kubernetes_version: str) -> KubeletVersion:
+    """The emulated release whose device-plugin and PodResources behaviour a cluster of
+    `kubernetes_version` (e.g. "1.34.1") has: the newest listed release at or below its minor."""
+    minor = int(kubernetes_version.split(".")[1])
+    return max((v for v in VERSIONS.values() if int(v.name.split(".")[1]) <= minor), key=lambda v: int(v.name.split(".")[1]), default=KUBELET_1_26)
+
+
 class TokenBucket:
     """golang.org/x/time/rate's `Limiter.Allow` as kubelet uses it: starts full (`burst` tokens),
     refills at `qps` per second, one token per call, never waits."""

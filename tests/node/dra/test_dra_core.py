@@ -8,7 +8,8 @@ import pytest
 
 from tessera.model.contract import GpuShare, NodeGpu
 from tessera.model.pool_policy import PoolPolicy
-from tessera_node.dra.core import ClaimError, ClaimRef, PreparedDevice, allocated_devices, consumers, merge_shares, parse_quantity
+from tessera.model.quantity import parse_quantity
+from tessera_node.dra.core import ClaimError, ClaimRef, PreparedDevice, allocated_devices, consumers, merge_shares
 from tessera_node.registry import AppClass
 from tessera_node.testing.dra_claims import Grant, allocated_claim, pod_using_claim
 
