@@ -69,6 +69,7 @@ def webhook_settings(config: StackConfig) -> WebhookSettings:
     return WebhookSettings(
         shared_pools=frozenset(p.name for p in shared),
         qgpu_alias_pools=frozenset(p.name for p in shared if p.sharing.qgpu_aliases),
+        dra_pools=frozenset(p.name for p in shared if p.allocation == "dra"),
         tls=TlsSettings(namespace=config.namespace, service_name=NAME, secret_name=TLS_SECRET, webhook_configuration_name=NAME),
         quotas=_gpu_quotas(config),
     )

@@ -163,6 +163,7 @@ def mutate_pod(
                 gpu_containers.append((section, index, container))
     if not gpu_containers:
         return Mutation(tuple(patch), tuple(warnings))
+    _refuse_dra_pools(pod, settings)
     try:
         problem = admission_problem(stored, namespace or (pod.get("metadata") or {}).get("namespace"), settings.quotas)
     except InvalidRequest as exc:  # a quantity kube-apiserver would not have accepted either
@@ -176,6 +177,20 @@ def mutate_pod(
     for section, index, container in gpu_containers:
         patch.append(_env_patch(section, index, container, configmap))
     return Mutation(tuple(patch), tuple(warnings))
+
+
+def _refuse_dra_pools(pod: Mapping[str, Any], settings: WebhookSettings) -> None:
+    """A tessera.dev/gpu-core pod that can only land on dra pools would wait forever: those nodes
+    offer no gpu-core (no Kubernetes release maps an extended resource to a device's capacity;
+    KEP-5004 maps it to a device count). Say how to ask instead."""
+    pools = pinned_pools(pod)
+    if pools and pools <= settings.dra_pools:
+        names = ", ".join(sorted(pools))
+        classes = ", ".join(f"{p}.{contract.DRA_DRIVER}" for p in sorted(pools))
+        raise PodRejected(
+            f"pool {names} hands out GPUs through DRA (allocation: dra), not {contract.GPU_CORE}: ask with a ResourceClaim "
+            f"(or ResourceClaimTemplate) on DeviceClass {classes} for capacity cores and memory (docs/dra.md), or pin the pod to a device-plugin pool"
+        )
 
 
 def alias_mapping_applies(pod: Mapping[str, Any], settings: WebhookSettings, *, namespace_opted_in: bool) -> bool:

@@ -58,6 +58,9 @@ class WebhookSettings:
     """Names of every `shared` pool in the stack (default: none)."""
     qgpu_alias_pools: frozenset[str] = field(default_factory=frozenset)
     """Shared pools that accept `tke.cloud.tencent.com/qgpu-*` names (default: none, opt-in)."""
+    dra_pools: frozenset[str] = field(default_factory=frozenset)
+    """Shared pools with `allocation: dra` (default: none): their GPUs are claimed through DRA, so a
+    `tessera.dev/gpu-core` pod pinned to them could never be placed."""
     tls: TlsSettings | None = None
     """None when serving with a certificate from files (tests, cert-manager users)."""
     quotas: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -75,6 +78,8 @@ class WebhookSettings:
             "sharedPools": sorted(self.shared_pools),
             "qgpuAliasPools": sorted(self.qgpu_alias_pools),
         }
+        if self.dra_pools:
+            out["draPools"] = sorted(self.dra_pools)
         if self.quotas:
             out["quotas"] = {ns: dict(sorted(hard.items())) for ns, hard in sorted(self.quotas.items())}
         if self.tls is not None:
@@ -104,11 +109,15 @@ class WebhookSettings:
                 scheduler_name=str(data.get("schedulerName", contract.SCHEDULER_NAME)),
                 shared_pools=frozenset(str(p) for p in data.get("sharedPools", [])),
                 qgpu_alias_pools=frozenset(str(p) for p in data.get("qgpuAliasPools", [])),
+                dra_pools=frozenset(str(p) for p in data.get("draPools", [])),
                 tls=tls,
                 quotas=_quotas(data.get("quotas", {})),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SettingsError(f"webhook settings: missing or malformed key {exc}") from exc
+        not_shared = settings.dra_pools - settings.shared_pools
+        if not_shared:
+            raise SettingsError(f"webhook settings: draPools {sorted(not_shared)} are not shared pools; only shared pools use DRA")
         unknown = settings.qgpu_alias_pools - settings.shared_pools
         if unknown:
             raise SettingsError(

@@ -104,3 +104,40 @@ def test_the_namespace_comes_from_the_admission_request(quota_webhook: WebhookCl
     body = review_body(pod(container("a", {CORE: "60"}), container("b", {CORE: "60"})))
     del body["request"]["object"]["metadata"]["namespace"]
     assert quota_webhook.review(body)["allowed"] is False
+
+
+DRA_SETTINGS = WebhookSettings(shared_pools=frozenset({"dp", "dra-a"}), dra_pools=frozenset({"dra-a"}))
+
+
+@pytest.fixture(scope="module")
+def dra_webhook(localhost_bundle: CertBundle) -> Iterator[WebhookClient]:
+    server, thread = start_webhook(DRA_SETTINGS, localhost_bundle)
+    yield WebhookClient(server.server_address[1], ssl.create_default_context(cadata=localhost_bundle.ca_pem))
+    server.shutdown()
+    thread.join(10)
+
+
+def _pinned(*pools: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": contract.LABEL_POOL, "operator": "In", "values": list(pools)}]}
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "allowed"),
+    [
+        ({"nodeSelector": {contract.LABEL_POOL: "dra-a"}}, False),
+        (_pinned("dra-a"), False),
+        (_pinned("dra-a", "dp"), True),  # the device-plugin pool can take it
+        ({}, True),  # unpinned: the extender places it on a device-plugin pool
+    ],
+    ids=["nodeSelector on a dra pool", "affinity on a dra pool", "a dra and a device-plugin pool", "no pool named"],
+)
+def test_a_gpu_core_pod_that_can_only_land_on_a_dra_pool_is_told_how_to_ask(dra_webhook: WebhookClient, spec: dict[str, Any], allowed: bool) -> None:
+    body = review_body(pod(container("main", {CORE: "30"}), **spec))
+    response = dra_webhook.review(body)
+    assert response["allowed"] is allowed
+    if not allowed:
+        assert response["status"]["message"] == (
+            "tessera: pool dra-a hands out GPUs through DRA (allocation: dra), not tessera.dev/gpu-core: ask with a ResourceClaim "
+            "(or ResourceClaimTemplate) on DeviceClass dra-a.gpu.tessera.dev for capacity cores and memory (docs/dra.md), or pin the pod to a device-plugin pool"
+        )
