@@ -113,7 +113,7 @@ POLICY_LABELS: Final[Mapping[str, str]] = {
 
 
 class _Unreadable(ValueError):
-    pass
+    """A value in the pools file or a label that is not one of the setting's values."""
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:

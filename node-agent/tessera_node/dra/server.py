@@ -11,6 +11,7 @@ never a traceback to kubelet.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -124,11 +125,11 @@ class DraServicer:
 
 
 class _V1(DraServicer, v1_grpc.DRAPluginServicer):
-    pass
+    """`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`, which kubelet 1.34 and later call first."""
 
 
 class _V1beta1(DraServicer, v1beta1_grpc.DRAPluginServicer):
-    pass
+    """`k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`, for kubelets that do not speak v1."""
 
 
 def add_dra_services(server: grpc.Server, handler: ClaimHandler, counters: RpcCounters) -> None:
@@ -149,10 +150,8 @@ class UnixServer:
     def start(self) -> None:
         self.stop()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        with contextlib.suppress(FileNotFoundError):  # no stale socket to remove
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix=f"dra-{self.path.name}"))
         self._add(server)
         if server.add_insecure_port(f"unix://{self.path}") == 0:
@@ -164,10 +163,8 @@ class UnixServer:
         if self._server is not None:
             self._server.stop(grace_s).wait()
             self._server = None
-        try:
+        with contextlib.suppress(FileNotFoundError):  # no stale socket to remove
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     @property
     def serving(self) -> bool:
