@@ -2,8 +2,9 @@
 
 Written from kubernetes/kubernetes `staging/src/k8s.io/dynamic-resource-allocation/structured/`:
 
-- `internal/experimental/allocator_experimental.go` (the variant `allocator.go` picks when any of
-  the newer features is on, consumable capacity included): `allocateOne` walks pools, their
+- `internal/experimental/allocator_experimental.go` (`allocator.go` picks the most stable of its
+  stable, incubating and experimental allocators that supports every enabled feature; the
+  experimental one supports them all, consumable capacity included): `allocateOne` walks pools, their
   slices and each slice's devices *in order* and takes the first device that is not in use, matches
   the class and request selectors, and has the capacity (`CmpRequestOverCapacity`); the first
   complete solution wins, there is no scoring ("The first full solution is chosen"). A request of
@@ -31,6 +32,9 @@ A claim is what Tessera's ResourceClaimTemplate asks for (`tessera/manifests/wor
 `memory` only when the container gives one; N whole GPUs ask N devices with `cores: 100`. On
 such a device a claim without `memory` consumes the default, i.e. *all* of the GPU's memory, so
 it shares the GPU with nobody: modelled as kube-scheduler does it, not as Tessera would like it.
+
+Node choice (which node's slice this runs on: the pool's node policy, or kube-scheduler's default
+scoring, with kube-scheduler's plugin weights) is `tessera.sim.dra_route`.
 
 Not modelled: CEL selectors other than the GPU model (`gpu_spec`), constraints, admin access,
 prioritized lists, device taints, partitionable devices, several claims per pod (one pod = one

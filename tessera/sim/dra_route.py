@@ -28,6 +28,8 @@ real cluster the extender does not score dra pools yet: this route models the de
   memory plus this pod's (no non-zero defaults for pods that ask none);
 - the highest total wins; equal totals go to the seeded tie ranking (kube-scheduler picks one at
   random among them, `selectHost`).
+
+Nodes with a shares-per-GPU cap above 1 are refused (`ValueError`): DRA cannot express the cap.
 """
 from __future__ import annotations
 
@@ -139,6 +141,11 @@ class DraPlacer:
     def __init__(self, cluster: Cluster, route: Route, node_order: Sequence[str], consumable_capacity: bool = True) -> None:
         if route is Route.DEVICE_PLUGIN:
             raise ValueError("the device-plugin route is the Cluster's own schedule()")
+        capped = sorted(n.name for n in cluster.nodes.values() if (n.max_shares_per_gpu or 1) > 1)
+        if capped:
+            # DRA has no count of claims per device: kube-scheduler would go past the cap, which
+            # the Cluster's bookkeeping refuses. Not modelled rather than modelled wrongly.
+            raise ValueError(f"a shares-per-GPU cap above 1 cannot be expressed on a dra pool (nodes {', '.join(capped[:3])})")
         self.cluster = cluster
         self.route = route
         self.consumable_capacity = consumable_capacity

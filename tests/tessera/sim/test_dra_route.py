@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tessera.alloc import Cluster, ContainerRequest, GpuState, NodeState, PodRequest, PodUid
+from tessera.model.contract import LABEL_MAX_SHARES_PER_GPU
 from tessera.sim.dra_route import DraPlacer, Route, allocate_pod, default_score, feasible_nodes_to_find
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn1,64000,262144,2,T4\nn2,64000,262144,4,A10\nn3,32000,131072,1,T4\n"
@@ -121,3 +122,11 @@ def test_compare_takes_a_route_and_a_bad_one_is_refused(tmp_path: Path) -> None:
     assert ", route dra" in run.stdout.splitlines()[0]
     bad = _cli(tmp_path, "replay", "--route", "csi")
     assert bad.returncode == 2 and "--route" in bad.stderr
+
+
+def test_a_shares_per_gpu_cap_above_one_is_not_modelled() -> None:
+    node = NodeState("capped", [GpuState(0, "u", "T4", 1 << 62)], 64000, 262144, {LABEL_MAX_SHARES_PER_GPU: "3"})
+    with pytest.raises(ValueError, match="shares-per-GPU cap"):
+        DraPlacer(Cluster([node]), Route.DRA, ["capped"])
+    one = NodeState("one", [GpuState(0, "u", "T4", 1 << 62)], 64000, 262144, {LABEL_MAX_SHARES_PER_GPU: "1"})
+    assert DraPlacer(Cluster([one]), Route.DRA, ["one"]).place(_pod("p", 100)) is not None  # one claim per GPU: whole devices
