@@ -14,6 +14,7 @@ from typing import Any
 
 from tessera.alloc import DEFAULT_POLICY, NodeState, PlacementPolicy
 from tessera.sim.compare import compare, format_table, plot_curves
+from tessera.sim.dra_route import Route
 from tessera.sim.progress import ProgressBar
 from tessera.sim.replay import MAX_INFLATE, Order, ReplayResult, ReplaySettings, replay
 from tessera.sim.trace import TraceError, TracePod, load_nodes, load_pods
@@ -99,7 +100,8 @@ def result_summary(result: ReplayResult, settings: ReplaySettings, pods_file: st
     )
     lines = [
         f"replayed {pods_file} on {nodes_file}: {result.nodes} GPU nodes, {result.capacity_gpus} GPUs; "
-        f"policy {result.policy.value}, {settings.order.value} order, seed {settings.seed}",
+        f"policy {result.policy.value}, {settings.order.value} order, seed {settings.seed}"
+        + ("" if settings.route is Route.DEVICE_PLUGIN else f", route {settings.route.value}"),
         f"  arrived {result.pods} pods ({origin}), requesting {result.requested_pct:.2f} % of GPU capacity",
         f"  placed  {_share(result.placed_pods, result.pods)} pods, allocating {result.allocated_pct:.2f} % of GPU capacity",
         f"  failed  {_share(result.failed_pods, result.pods)} pods (fit on no node; not retried)",
@@ -130,7 +132,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if loaded is None:
         return EXIT_BAD_INPUT
     nodes, pods = loaded
-    settings = ReplaySettings(args.policy, Order(args.order), args.inflate, args.seed)
+    settings = ReplaySettings(args.policy, Order(args.order), args.inflate, args.seed, Route(args.route))
     bar = ProgressBar(f"replay {settings.policy.value}") if _show_progress(args) else None
     result = replay(nodes, pods, settings, bar)
     summary = result_summary(result, settings, Path(args.pods).name, Path(args.nodes).name)
@@ -151,7 +153,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if loaded is None:
         return EXIT_BAD_INPUT
     nodes, pods = loaded
-    base = ReplaySettings(DEFAULT_POLICY, Order(args.order), args.inflate, args.seeds[0])
+    base = ReplaySettings(DEFAULT_POLICY, Order(args.order), args.inflate, args.seeds[0], Route(args.route))
     show = _show_progress(args)
 
     def on_run(policy: PlacementPolicy, seed: int, result: ReplayResult) -> None:
@@ -163,7 +165,7 @@ def run_compare(args: argparse.Namespace) -> int:
     gpus = sum(len(n.gpus) for n in nodes)
     print(f"replayed {len(pods)} pods of {Path(args.pods).name} on {len(nodes)} GPU nodes ({gpus} GPUs) of "
           f"{Path(args.nodes).name}, topped up with sampled pods to {args.inflate:g}x capacity, {args.order} order, "
-          f"{len(args.seeds)} seed(s) per policy")
+          f"{len(args.seeds)} seed(s) per policy" + ("" if args.route == Route.DEVICE_PLUGIN.value else f", route {args.route}"))
     print(table)
     if args.json:
         print(json.dumps({c.policy.value: [{"arrived_pct": x, "allocated_pct": y} for x, y in c.points] for c in curves}))
@@ -182,6 +184,10 @@ def _trace_args(parser: argparse.ArgumentParser) -> None:
                         help="arrival order: creation time, or the paper's sort-by-name + seeded shuffle (default creation)")
     parser.add_argument("--inflate", type=_inflate, default=1.0,
                         help=f"append pods sampled with replacement until the GPU request is R x capacity (paper: 1.3; at most {MAX_INFLATE:g})")
+    parser.add_argument("--route", choices=[r.value for r in Route], default=Route.DEVICE_PLUGIN.value,
+                        help="device-plugin (default): Tessera's extender places pods and GPUs; dra: a dra pool, the policy "
+                             "picks the node and kube-scheduler's DRA allocator the devices (first fit); dra-default: "
+                             "kube-scheduler alone (default scoring, DRA allocation)")
     parser.add_argument("--no-progress", action="store_true", help="no progress on stderr (a bar on a terminal, else a line every 5 s)")
 
 

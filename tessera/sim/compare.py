@@ -71,7 +71,7 @@ def compare(
     for policy in policies:
         results = []
         for seed in seeds:
-            settings = ReplaySettings(policy, base.order, base.inflate, seed)
+            settings = ReplaySettings(policy, base.order, base.inflate, seed, base.route)
             result = replay(nodes, pods, settings)
             results.append(result)
             if on_run is not None:

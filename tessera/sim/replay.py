@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tessera.alloc import DEFAULT_POLICY, MILLI_PER_GPU, Cluster, NodeState, PlacementPolicy, PodRequest, PodUid, static_snapshot
+from tessera.sim.dra_route import DraPlacer, Route
 from tessera.sim.trace import TracePod
 
 POINT_STEP_PCT = 5
@@ -43,6 +44,10 @@ class ReplaySettings:
     asking for more is replayed as it is; the paper uses 1.3."""
     seed: int = 42
     """Default 42, the first of the paper's seeds 42..51."""
+    route: Route = Route.DEVICE_PLUGIN
+    """How pods reach their GPUs: the device-plugin route (the Cluster's own placement), or a
+    dra pool's (`tessera.sim.dra_route`): the policy's node with kube-scheduler's first-fit
+    devices, or kube-scheduler alone."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,7 @@ def replay(
     ranking = sorted(n.name for n in fresh)
     random.Random(settings.seed).shuffle(ranking)
     cluster.set_tie_ranking(ranking)
+    placer = None if settings.route is Route.DEVICE_PLUGIN else DraPlacer(cluster, settings.route, ranking)
     capacity = cluster.usage().capacity_milli
     total = count_arrivals(pods, settings, capacity) if on_progress is not None else 0
     learns = settings.policy is PlacementPolicy.FRAGMENTATION_AWARE
@@ -182,7 +188,7 @@ def replay(
         # A point for x% is the state after the last pod that keeps the arrived request <= x%.
         while marks and (requested + pod.gpu_milli_total) * 100 > marks[0] * capacity:
             points.append(Point(marks.pop(0), round(allocated * 100 / capacity, 4), failed))
-        placement = cluster.schedule(pod)
+        placement = cluster.schedule(pod) if placer is None else placer.place(pod)
         requested += pod.gpu_milli_total
         if placement is None:
             failed += 1
