@@ -138,6 +138,9 @@ def _share_problems(w: Workload, p: tuple[PathPart, ...], pool: PoolBase) -> lis
             out.append(Problem(at(*p, "gpu", "memoryMiB"), f"{g.memory_mib} MiB is more than a {model.name} has ({model.memory_mib} MiB)"))
     if isinstance(pool, SharedPool) and g.core is None and g.memory_mib is not None:
         out.append(Problem(at(*p, "gpu", "core"), "is required with memoryMiB (Tessera's webhook refuses gpu-memory without gpu-core)"))
+    if isinstance(pool, SharedPool) and pool.allocation == "dra" and g.core is not None and g.core < CORE_PER_GPU and g.memory_mib is None and pool.sharing.shares_per_gpu != 1:
+        # kube-scheduler consumes the slice's default for a capacity a claim does not name: all of the GPU's memory
+        out.append(Problem(at(*p, "gpu", "memoryMiB"), f"is required for a share on pool {pool.name} (allocation: dra): a claim that names no memory takes all of the GPU's memory and shares the GPU with nobody"))
     if isinstance(pool, MigPool) and g.mig_profile is not None:
         counts = resolve_layout(model, pool.mig.profile) or {}
         if model.mig_profile(g.mig_profile) is None:

@@ -68,6 +68,14 @@ BROKEN = [
     (_existing("1.32.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}}", "{DRAConsumableCapacity: true}"),
      "cluster.featureGates.DRAConsumableCapacity: does not exist in Kubernetes 1.32 (alpha from 1.34)"),
     (_existing("1.36.0", LAB, "{DynamicResourceAllocation: false}"), "cluster.featureGates.DynamicResourceAllocation: is GA in Kubernetes 1.36 and cannot be switched off"),
+    (_existing("1.36.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}, allocation: dra, sharing: {placement: spread}}"),
+     "nodePools[0].sharing.placement: spread cannot be honoured with allocation: dra: kube-scheduler's DRA allocator takes the first device that fits (binpack-like); "
+     "use binpack or keep allocation: device-plugin"),
+    (_existing("1.36.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}, allocation: dra, sharing: {sharesPerGpu: 4}}"),
+     "nodePools[0].sharing.sharesPerGpu: 4 cannot be honoured with allocation: dra (DRA counts capacity, not claims per device); use 1 (a whole GPU per claim), "
+     "leave it unset, or keep allocation: device-plugin"),
+    (_existing("1.36.0", LAB) + "  tessera:workloads:\n    - {name: w, namespace: ml, image: {repository: example/w, tag: '1'}, pool: a, gpu: {core: 30}}\n",
+     "workloads[0].gpu.memoryMiB: is required for a share on pool a (allocation: dra): a claim that names no memory takes all of the GPU's memory and shares the GPU with nobody"),
     (_existing("1.36.0", LAB, "{DRAMagic: true}"), "cluster.featureGates.DRAMagic: 'DRAMagic' is not valid (valid: DynamicResourceAllocation, DRAConsumableCapacity, DRAExtendedResource, "
      "DRAPartitionableDevices, DRADeviceTaints, DRAPrioritizedList)"),
 ]
