@@ -14,7 +14,7 @@ Three shortcuts, cheapest first, each giving exactly what the policy would:
    interned to an int once per node version, and (policy, epoch, pod shape) once per request:
    hashing the nested tuples for every (node, shape) look-up cost more than the look-up, and
    with the epoch in the key an entry is the result alone (no tuple for the cyclic collector
-   to walk: at 5,000 nodes a request for a new shape ran 4-10 young-generation collections).
+   to walk: at 5,000 nodes a request for a new shape would run 4-10 young-generation collections).
 
 From 64 candidates on, the nodes that pass shortcut 1 go to shortcut 3 straight from their
 `CapacityTable` row, which holds the interned state too: one look-up each, in C, and no walk
@@ -28,7 +28,7 @@ waits for it.
 Nodes no shortcut answers go to the policy together, one per state (`evaluate_many`; the
 fragmentation policies vectorise them). `evaluate` is `evaluate_many` of one node, so both
 take the same path. The per-node loop is written out inline: it runs once per candidate node
-of every pod shape new to the extender, and function calls there were a quarter of its cost.
+of every pod shape new to the extender, and function calls there would be a quarter of its cost.
 
 Memory: every map is bounded in bytes (`EvaluationBudget`), estimated as entries are added: a
 result as `RESULT_BYTES` plus `ASSIGNMENT_BYTES` per GPU container of its pod (an evaluation
@@ -152,7 +152,7 @@ class EvaluationCache:
         """Derive what a request would need of this new version of the node now (capacity summary,
         its `CapacityTable` row, interned state): at a change the node's objects are in the CPU
         cache and nothing waits, while in a request a pod shape new to hundreds of candidates
-        paid for each of them cold (at 5,000 nodes ~50 of ~130 us per node, docs/benchmarks.md).
+        would pay for each of them cold (at 5,000 nodes ~50 of ~130 us per node, docs/benchmarks.md).
 
         Contract: once a node was prepared, every later change of it is prepared too (`Cluster`
         does so on every change), since its row answers for it without a look at the node. A
@@ -270,9 +270,7 @@ class EvaluationCache:
         for node, info in zip(missing, missing_info):
             todo.setdefault(info.state, node)
         if todo:
-            batch = getattr(impl, "evaluate_many", None)
-            nodes_todo = list(todo.values())
-            results = batch(nodes_todo, pod) if batch is not None else [impl.evaluate(node, pod) for node in nodes_todo]
+            results = impl.evaluate_many(list(todo.values()), pod)
             added = size * len(todo)
             if len(by_state) + len(todo) > _STATE_CACHE_LIMIT or self._by_state_bytes + added > self._budget.by_state:
                 by_state.clear()

@@ -2,7 +2,7 @@
 
 kube-scheduler's reprieve gives a node's victims back one by one, asking each time whether the
 preemptor still fits: n questions about sets of n pods that differ from the one before by a pod
-or a few. Releasing and restoring every victim for each question was O(n^2) pod moves; a trial
+or a few. Releasing and restoring every victim for each question would be O(n^2) pod moves; a trial
 moves only the pods that changed (`Cluster.set_aside`), so n questions cost O(n).
 """
 from __future__ import annotations

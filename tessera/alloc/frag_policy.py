@@ -39,9 +39,24 @@ from typing import Final, cast
 import numpy as np
 
 from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
-from tessera.alloc import frag_simple as fs
 from tessera.alloc.frag_batch import Raw, sigmoid_score, sigmoid_scores
-from tessera.alloc.frag_simple import NodeVector, NodeVectors, SimpleBatch, memo_result_bytes
+from tessera.alloc.frag_simple import (
+    FREE_CPU,
+    FREE_MEMORY,
+    FREE_TOTAL,
+    GPU_COUNT,
+    HOST_FITS,
+    NO_PLACEMENT,
+    SIMPLE,
+    NodeVector,
+    NodeVectors,
+    SimpleBatch,
+    host_fit_code,
+    memo_key,
+    memo_result_bytes,
+    memos_of,
+    stack,
+)
 from tessera.alloc.frag_settings import FragAwareSettings, FragMemoBudget
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
 from tessera.alloc.interning import IdTable
@@ -124,7 +139,7 @@ class _FragPolicyBase(ABC):
         what it reads of the pod: GPU containers, models and class, and CPU/RAM only through
         `host_fit` and the measure's buckets. So pods that differ only in CPU or RAM (most of a
         trace's shapes) mostly share it; `_finish` (a few float operations) reads them exactly."""
-        vector, key = self._memo(node, pod, self._pod_key(pod))
+        vector, key = self._memo(node, pod, self._pod_family(pod))
         result = vector.memo.get(key)
         if result is None:
             self._vectors.reserve(vector, memo_result_bytes(pod))
@@ -132,25 +147,28 @@ class _FragPolicyBase(ABC):
             self._vectors.settle()
         return self._finish(node, pod, result)
 
-    def _pod_key(self, pod: PodRequest) -> int:
+    def _pod_family(self, pod: PodRequest) -> int:
         """An interned id of what `_evaluate` reads of the pod besides its CPU and RAM (GPU
         containers, models, class); once per pod, not per node."""
         shape = pod.shape
-        return self._memo_keys.id_of((shape[0], shape[3], shape[4]))
+        return self._memo_keys.id_of((shape.gpus, shape.gpu_models, shape.app_class))
 
-    def _memo(self, node: NodeState, pod: PodRequest, pod_key: int) -> tuple[NodeVector, int]:
+    def _memo(self, node: NodeState, pod: PodRequest, family: int) -> tuple[NodeVector, int]:
         """The node's vector, its memo of `_evaluate` results made current for this measure
-        epoch (`NodeVector.memo`), and the pod's key in it: `pod_key` (`_pod_key`) with whether
-        the pod's CPU and RAM fit and the measure's buckets of what they leave, as one int (one
-        measure epoch has one bucket count, and the memo is emptied when the epoch moves)."""
+        epoch (`NodeVector.memo`), and the pod's `memo_key` in it (`family`: `_pod_family`)."""
         vector = self._vectors.of(node)
         measure = self._measure
         if vector.memo_epoch != measure.epoch:
             self._vectors.renew(vector, measure.epoch)
         free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
-        return vector, (pod_key * 4 + fits) * measure.bucket_count + measure.bucket(free_cpu - cpu, free_memory - memory)
+        bucket = measure.bucket(free_cpu - cpu, free_memory - memory)
+        return vector, memo_key(family, host_fit_code(free_cpu, free_memory, cpu, memory), bucket, measure.bucket_count)
+
+    def memoised(self, node: NodeState, pod: PodRequest) -> Raw | None:
+        """The `_evaluate` result held for (node, pod) under the current measure, if any."""
+        vector, key = self._memo(node, pod, self._pod_family(pod))
+        return vector.memo.get(key)
 
     def _evaluation(self, key: tuple[float, ...], choice: Assignment) -> Evaluation:
         shared = self._keys.get(key)
@@ -170,21 +188,21 @@ class _FragPolicyBase(ABC):
             return [self.evaluate(node, pod) for node in nodes]
         measure = self._measure
         vectors = self._vectors.current(nodes, measure.epoch)
-        host, gpus = fs.stack(vectors)
+        host, gpus = stack(vectors)
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        free_cpu, free_memory = host[:, fs.FREE_CPU], host[:, fs.FREE_MEMORY]
-        host_fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
-        # `_memo`'s keys, computed together
-        keys = ((self._pod_key(pod) * 4 + host_fits) * measure.bucket_count + measure.bucket_many(free_cpu - cpu, free_memory - memory)).tolist()
-        memos = fs.memos_of(vectors)
+        free_cpu, free_memory = host[:, FREE_CPU], host[:, FREE_MEMORY]
+        host_fits = host_fit_code(free_cpu, free_memory, cpu, memory)
+        buckets = measure.bucket_many(free_cpu - cpu, free_memory - memory)
+        keys = memo_key(self._pod_family(pod), host_fits, buckets, measure.bucket_count).tolist()  # `_memo`'s, together
+        memos = memos_of(vectors)
         raws: list[_Raw | None] = list(map(dict.get, memos, keys))
         missing = [i for i, raw in enumerate(raws) if raw is None]
         if missing:
             simple = np.zeros(len(nodes), dtype=bool)
             if self._simple_pod(pod):
-                simple = (host_fits == 3) & (host[:, fs.SIMPLE] == 1)
+                simple = (host_fits == HOST_FITS) & (host[:, SIMPLE] == 1)
                 if not self.faithful:
-                    simple &= host[:, fs.NO_PLACEMENT] == 1
+                    simple &= host[:, NO_PLACEMENT] == 1
             batch: list[int] = []
             size = memo_result_bytes(pod)
             reserve = self._vectors.reserve
@@ -200,7 +218,7 @@ class _FragPolicyBase(ABC):
         return self._finish_many(nodes, pod, raws, host)  # type: ignore[arg-type]
 
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
-        """`_finish` of every node (`host`: their `frag_simple.stack` host columns)."""
+        """`_finish` of every node (`host`: their `stack` host columns)."""
         return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
 
     def _simple_pod(self, pod: PodRequest) -> bool:
@@ -386,7 +404,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
         """`_finish` of every node, with what depends only on the pod decided once and the
         score terms computed over all nodes together, from the nodes' host columns where they
-        hold the figure (`frag_simple.stack`); the same float operations in the same order as
+        hold the figure (`stack`); the same float operations in the same order as
         `_finish` (so the same bits)."""
         st = self.settings
         if not st.sigmoid_bands or st.prefer_in_use:
@@ -404,7 +422,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         rows = host[placed]
         if st.host_weight:
             increases = increases + st.host_weight * self._host.unfed_increase_many(
-                rows[:, fs.FREE_TOTAL], rows[:, fs.FREE_CPU], rows[:, fs.FREE_MEMORY], pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib
+                rows[:, FREE_TOTAL], rows[:, FREE_CPU], rows[:, FREE_MEMORY], pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib
             )
         if st.model_weight and self._pressure:
             increases = increases + st.model_weight * np.array([self._model_cost(node, pod, choice) for node, choice in zip(at, choices)], dtype=np.float64)
@@ -413,7 +431,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         banded = sigmoid_scores(increases, st.band_scale)
         if self._reserve.active:
             banded = banded - (st.band_scale + 1) * np.array(self._reserve.penalties(at, pod, choices), dtype=np.float64) / MILLI_PER_GPU
-        sizes = (-(st.node_size_preference * rows[:, fs.GPU_COUNT]).astype(np.float64)).tolist()
+        sizes = (-(st.node_size_preference * rows[:, GPU_COUNT]).astype(np.float64)).tolist()
         fewer_idle = [-float(idle) for _, _, idle in found] if st.prefer_fewer_idle else repeat(0.0)
         shared_keys = self._keys
         if len(shared_keys) + n > _KEY_LIMIT:
