@@ -29,7 +29,6 @@ floats (`SCORE_KEY_BYTES` each).
 """
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from itertools import repeat
@@ -38,8 +37,8 @@ from typing import Final, cast
 
 import numpy as np
 
-from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
-from tessera.alloc.frag_batch import Raw, sigmoid_score, sigmoid_scores
+from tessera.alloc.assign import Assignment, host_fit, one_gpu
+from tessera.alloc.frag_batch import Raw, sigmoid_scores
 from tessera.alloc.frag_simple import (
     FREE_CPU,
     FREE_MEMORY,
@@ -62,13 +61,10 @@ from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDeman
 from tessera.alloc.interning import IdTable
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
 from tessera.alloc.model_pressure import ModelPressure
-from tessera.alloc.policy import Evaluation, PlacementPolicy, gpu_rank_for
+from tessera.alloc.policy import Evaluation, PlacementPolicy
+from tessera.alloc.reference import AwareTerms, fgd_key, fragmentation_increase, host_increase, plain_measure
 from tessera.alloc.reservation import Reservations
 from tessera.alloc.workload import MixSnapshot
-
-
-def _free(slots: Sequence[Slot]) -> list[GpuFree]:
-    return [(s.free_milli, s.free_memory_mib) for s in slots]
 
 
 _Raw = Raw
@@ -228,10 +224,6 @@ class _FragPolicyBase(ABC):
         # the share cap is enforced in assign(); placement labels rank GPUs their own way
         return (self.faithful or vector.no_placement) and not vector.offline and vector.uncapped
 
-    @abstractmethod
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
-        """The policy's score from `_evaluate`'s result (FGD or fragmentation-aware)."""
-
     def _vector(self, node: NodeState) -> NodeVector:
         """The node's healthy GPUs as the simple path reads them, cached by version."""
         return self._vectors.of(node)
@@ -294,27 +286,31 @@ class _FragPolicyBase(ABC):
                 k, best = position, value
         return best - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
 
-    def _evaluate_general(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
-        cpu_after = node.free_cpu_milli - pod.cpu_milli
-        mem_after = node.free_memory_mib - pod.memory_mib
-        models = node.models
-        of = self._measure.of
+    def _evaluate_general(self, node: NodeState, pod: PodRequest) -> Raw:
+        return fragmentation_increase(node, pod, self._measure.of, self.faithful)
 
-        def frag_after(slots: Sequence[Slot], i: int, c: ContainerRequest) -> tuple[float, ...]:
-            gpus = _free(slots)
-            free, mem = gpus[i]
-            take = MILLI_PER_GPU if c.whole else c.gpu_milli
-            gpus[i] = (free - take, mem - (slots[i].memory_mib if c.whole else (c.gpu_memory_mib or 0)))
-            return (round(of(models, cpu_after, mem_after, gpus), 6),)
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        """The evaluation computed the plain way (`tessera.alloc.reference`): no memo, no
+        vectors, no batch, the measure shape by shape over every GPU."""
+        shapes = self._measure.shapes
 
-        rank = frag_after if self.faithful else gpu_rank_for(node, frag_after)
-        result = assign(node, pod, rank)
-        if isinstance(result, FitFailure):
-            return result
-        choice, slots = result
-        before = of(models, node.free_cpu_milli, node.free_memory_mib, _free(slots_for(node, pod)))
-        after = of(models, cpu_after, mem_after, _free(slots))
-        return after - before, choice, sum(1 for s in slots if s.idle)
+        def measure_of(models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree]) -> float:
+            return plain_measure(shapes, models, free_cpu, free_memory, gpus)
+
+        raw = fragmentation_increase(node, pod, measure_of, self.faithful)
+        if isinstance(raw, FitFailure):
+            return raw
+        return Evaluation(self._key(node, pod, raw, host_increase(node, pod, self._host)), raw[1])
+
+    @abstractmethod
+    def _key(self, node: NodeState, pod: PodRequest, placed: _Placed, host: float) -> tuple[float, ...]:
+        """The policy's score key of a placement (`host`: `reference.host_increase`)."""
+
+    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
+        """The policy's evaluation from `_evaluate`'s result."""
+        if isinstance(raw, FitFailure):
+            return raw
+        return self._evaluation(self._key(node, pod, raw, self._host_increase(node, pod)), raw[1])
 
 
 class FgdPolicy(_FragPolicyBase):
@@ -323,11 +319,11 @@ class FgdPolicy(_FragPolicyBase):
     name = PlacementPolicy.FGD
     faithful = True
 
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
-        if isinstance(raw, FitFailure):
-            return raw
-        increase, choice, _ = raw
-        return self._evaluation((float(sigmoid_score(increase)),), choice)
+    def _host_increase(self, node: NodeState, pod: PodRequest) -> float:
+        return 0.0  # FGD's score does not read it
+
+    def _key(self, node: NodeState, pod: PodRequest, placed: _Placed, host: float) -> tuple[float, ...]:
+        return fgd_key(placed[0])
 
 
 class FragmentationAwarePolicy(_FragPolicyBase):
@@ -343,6 +339,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self._nodes: dict[str, NodeState] = {}
         self._reserve = self._reservations(snapshot)
         self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
+        self._terms = AwareTerms(self.settings, self._host, self._pressure, self._reserve)
         self._epoch_of: tuple[int, int, int] = (self._measure.epoch, self._reserve.generation, self._pressure.generation)
         self._epoch = 0
 
@@ -361,6 +358,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             super().use_mix(snapshot)
             self._reserve = self._reservations(snapshot)
             self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
+            self._terms = AwareTerms(self.settings, self._host, self._pressure, self._reserve)
             for node in self._nodes.values():
                 self._reserve.track(node)
                 self._pressure.track(node)
@@ -391,16 +389,6 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self._reserve.forget(name)
         self._pressure.forget(name)
 
-    def _model_cost(self, node: NodeState, pod: PodRequest, choice: Assignment) -> float:
-        """Milli-GPUs of limited pods expected to fail because this placement uses their models."""
-        cost = self._pressure.cost
-        if len(node.models) == 1:
-            return pod.gpu_milli_total * cost(node.gpus[0].model)
-        model = {g.index: g.model for g in node.gpus}
-        return sum(
-            (MILLI_PER_GPU if c.whole else c.gpu_milli) * cost(model[i]) for c, indices in zip(pod.gpu_containers, choice) for i in indices
-        )
-
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
         """`_finish` of every node, with what depends only on the pod decided once and the
         score terms computed over all nodes together, from the nodes' host columns where they
@@ -425,7 +413,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
                 rows[:, FREE_TOTAL], rows[:, FREE_CPU], rows[:, FREE_MEMORY], pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib
             )
         if st.model_weight and self._pressure:
-            increases = increases + st.model_weight * np.array([self._model_cost(node, pod, choice) for node, choice in zip(at, choices)], dtype=np.float64)
+            increases = increases + st.model_weight * np.array([self._terms.model_cost(node, pod, choice) for node, choice in zip(at, choices)], dtype=np.float64)
         if st.scarce_weight:
             increases = increases + st.scarce_weight * np.array(self._reserve.scarce_losses(at, pod, choices), dtype=np.float64)
         banded = sigmoid_scores(increases, st.band_scale)
@@ -445,32 +433,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             out[i] = evaluation
         return out
 
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw, host: float | None = None) -> Evaluation | FitFailure:
-        """`host`: `_host_increase(node, pod)` when the caller computed it already."""
-        if isinstance(raw, FitFailure):
-            return raw
-        increase, choice, idle_after = raw
-        st = self.settings
-        if st.host_weight:
-            increase += st.host_weight * (self._host_increase(node, pod) if host is None else host)
-        if st.model_weight and self._pressure:
-            increase += st.model_weight * self._model_cost(node, pod, choice)
-        if st.scarce_weight:
-            increase += st.scarce_weight * self._reserve.scarce_loss(node, pod, choice)
-        if st.sigmoid_bands:
-            banded = float(sigmoid_score(increase, st.band_scale))
-        elif st.tolerance_milli > 0:
-            banded = -math.floor(increase / st.tolerance_milli + 1e-9)
-        else:
-            banded = -round(increase, 6)
-        if self._reserve.active:
-            # Reserved GPUs lost come first: each one costs more than the whole band range (the
-            # sigmoid saturates, so an added increase could not tell 8 lost GPUs from 16).
-            banded -= (st.band_scale + 1) * self._reserve.penalty(node, pod, choice) / MILLI_PER_GPU
-        in_use = 1.0 if st.prefer_in_use and (any(g.used_milli for g in node.gpus) or node.used_cpu_milli > 0) else 0.0
-        fewer_idle = -float(idle_after) if st.prefer_fewer_idle else 0.0
-        # No exact-increase key after the bands: ties must fall to the fixed node ranking, which
-        # consolidates work on the same nodes (measured: breaking ties by the exact increase
-        # scatters pods and loses ~1 % of allocation at full load).
-        size = -float(st.node_size_preference * len(node.gpus))
-        return self._evaluation((float(banded), size, in_use, fewer_idle), choice)
+    def _host_increase(self, node: NodeState, pod: PodRequest) -> float:
+        return super()._host_increase(node, pod) if self.settings.host_weight else 0.0
+
+    def _key(self, node: NodeState, pod: PodRequest, placed: _Placed, host: float) -> tuple[float, ...]:
+        return self._terms.key(node, pod, placed, host)

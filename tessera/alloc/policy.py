@@ -88,6 +88,11 @@ class Policy(Protocol):
         share work between the nodes)."""
         ...
 
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        """`evaluate` computed the plain, unoptimised way (`tessera.alloc.reference`): what every
+        fast path (memos, batches, `EvaluationCache`) must equal."""
+        ...
+
     def node_changed(self, node: NodeState) -> None:
         """The cluster added `node` or changed it (a new `version`); called for every node when
         the policy is introduced to a cluster."""
@@ -153,6 +158,9 @@ class NodeLocalPolicy(ABC):
 
     def evaluate_many(self, nodes: Sequence[NodeState], pod: PodRequest) -> list[Evaluation | FitFailure]:
         return [self.evaluate(node, pod) for node in nodes]
+
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        return self.evaluate(node, pod)  # plain already: the fast path is `EvaluationCache`
 
     def node_changed(self, node: NodeState) -> None:
         pass
