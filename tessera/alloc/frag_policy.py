@@ -289,15 +289,18 @@ class _FragPolicyBase(ABC):
     def _evaluate_general(self, node: NodeState, pod: PodRequest) -> Raw:
         return fragmentation_increase(node, pod, self._measure.of, self.faithful)
 
-    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
-        """The evaluation computed the plain way (`tessera.alloc.reference`): no memo, no
-        vectors, no batch, the measure shape by shape over every GPU."""
+    def reference_increase(self, node: NodeState, pod: PodRequest) -> Raw:
+        """`_evaluate` computed the plain way (`tessera.alloc.reference`): no memo, no vectors,
+        no batch, the measure shape by shape over every GPU."""
         shapes = self._measure.shapes
 
         def measure_of(models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree]) -> float:
             return plain_measure(shapes, models, free_cpu, free_memory, gpus)
 
-        raw = fragmentation_increase(node, pod, measure_of, self.faithful)
+        return fragmentation_increase(node, pod, measure_of, self.faithful)
+
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        raw = self.reference_increase(node, pod)
         if isinstance(raw, FitFailure):
             return raw
         return Evaluation(self._key(node, pod, raw, host_increase(node, pod, self._host)), raw[1])
