@@ -279,12 +279,14 @@ class _FragPolicyBase(ABC):
         if not changes:
             return FitFailure.GPU
         values = measure.of_variants(models, cpu_after, mem_after, free, changes)
-        k, best = changes[0][0], round(values[0], 6)
+        # the GPU of the lowest value rounded to 6 decimals (float noise must not split GPUs
+        # in the same state), the lowest index on a tie; the increase from its exact value
+        k, best, after = changes[0][0], round(values[0], 6), values[0]
         for (position, _), raw in zip(changes[1:], values[1:]):
             value = round(raw, 6)
             if value < best:  # strict: the lowest index wins a tie
-                k, best = position, value
-        return best - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
+                k, best, after = position, value, raw
+        return after - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
 
     def _evaluate_general(self, node: NodeState, pod: PodRequest) -> Raw:
         return fragmentation_increase(node, pod, self._measure.of, self.faithful)

@@ -343,9 +343,12 @@ class SimpleBatch:
                 vectors[i].before = value
                 vectors[i].before_epoch = epoch
         # per node with a candidate GPU: its first GPU of the lowest rounded value, and the
-        # scalar path's result from it (`value - before` is the one float subtraction it does)
-        picked, k, best = first_minimum(items_at, positions, values[:items], n, width)
-        placed = list(zip((best - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
+        # scalar path's result from its exact value (`value - before`, the one float subtraction
+        # the scalar path does)
+        picked, k, _ = first_minimum(items_at, positions, values[:items], n, width)
+        exact = np.zeros((n, width))
+        exact[items_at, positions] = values[:items]
+        placed = list(zip((exact[picked, k] - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
         if len(placed) == n:
             return placed  # type: ignore[return-value]
         out: list[Raw] = [FitFailure.GPU] * n
