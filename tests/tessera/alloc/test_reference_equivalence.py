@@ -87,7 +87,7 @@ def _scenario(draw: st.DrawFn) -> tuple[list[NodeState], list[PodRequest], list[
     """Nodes (up to 12 kinds, each in copies: 8 states and more take the policies' batch path, 64
     candidates and more the `CapacityTable` path, copies in one state share by-state results), the pods that taught the
     mix, and the pods that arrive."""
-    kinds = [draw(_node(f"kind{k}")) for k in range(draw(st.integers(1, 12)))]
+    kinds = [draw(_node(f"kind{k}")) for k in range(draw(st.integers(4, 12)))]
     copies = draw(st.sampled_from([1, 3, 16]))
     nodes = []
     for k, kind in enumerate(kinds):
@@ -95,7 +95,7 @@ def _scenario(draw: st.DrawFn) -> tuple[list[NodeState], list[PodRequest], list[
             node = copy.deepcopy(kind)
             node.name = f"n{k}-{c}"
             nodes.append(node)
-    mix = [draw(_pod(f"mix{i}")) for i in range(draw(st.integers(1, 12)))]
+    mix = [draw(_pod(f"mix{i}")) for i in range(draw(st.integers(4, 12)))]
     arrivals = [draw(_pod(f"p{i}")) for i in range(draw(st.integers(1, 6)))]
     return nodes, mix, arrivals
 
@@ -112,7 +112,7 @@ CACHEABLE = [p for p in PlacementPolicy if p is not PlacementPolicy.RANDOM]
 
 
 @pytest.mark.parametrize("policy", CACHEABLE, ids=[p.value for p in CACHEABLE])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=_scenario())
 def test_every_fast_path_gives_the_reference_evaluation(policy: PlacementPolicy, scenario: tuple[list[NodeState], list[PodRequest], list[PodRequest]]) -> None:
     """Three clusters in the same state, each asked one way: all nodes at once (`batched`), node
