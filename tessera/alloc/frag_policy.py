@@ -22,6 +22,20 @@ Tessera's fragmentation-aware policy differs where it measurably helps (docs/sch
   a few times what those pods will take;
 - the mix is learned online (`WorkloadMix`), in the simulator as in the extender.
 
+One evaluation, several ways, each equal to the last bit to the plain one (`reference`, which
+tests/tessera/alloc/test_reference_equivalence.py holds every other to). Two ways are needed for
+speed: the simulator replays one node at a time, where numpy's set-up (~0.2 ms a batch) would
+cost more than the node, while the extender meets hundreds of candidate nodes with one pod,
+where a Python loop per node is the whole tail of its latency (docs/benchmarks.md). So:
+- the GPU choice and increase: `_evaluate_simple` (one node; the memoised measure and its
+  per-GPU variants) and `frag_simple.SimpleBatch` (many nodes; `frag_batch`'s arrays), for a
+  one-container pod without model or co-location preference; every other pod, one way only:
+  `reference.fragmentation_increase` with the memoised measure;
+- the score: `_finish` (one node) calls the reference's (`reference.fgd_key`,
+  `reference.AwareTerms.key`); `FragmentationAwarePolicy._finish_many` computes its terms over
+  all nodes at once (`HostDemand.unfed_increase_many`, `frag_batch.sigmoid_scores`, the
+  reservations' batch calls) in the same float operations, in the same order.
+
 What a policy remembers is bounded in bytes (`FragMemoBudget`): the `_evaluate` results per node
 version (`frag_simple.NodeVectors`), the fragmentation measure's memo, the interned memo keys
 (`interning.IdTable`); the interned score keys are at most `_KEY_LIMIT` tuples of at most four
@@ -281,12 +295,12 @@ class _FragPolicyBase(ABC):
         values = measure.of_variants(models, cpu_after, mem_after, free, changes)
         # the GPU of the lowest value rounded to 6 decimals (float noise must not split GPUs
         # in the same state), the lowest index on a tie; the increase from its exact value
-        k, best, after = changes[0][0], round(values[0], 6), values[0]
+        k, best, exact = changes[0][0], round(values[0], 6), values[0]
         for (position, _), raw in zip(changes[1:], values[1:]):
             value = round(raw, 6)
             if value < best:  # strict: the lowest index wins a tie
-                k, best, after = position, value, raw
-        return after - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
+                k, best, exact = position, value, raw
+        return exact - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
 
     def _evaluate_general(self, node: NodeState, pod: PodRequest) -> Raw:
         return fragmentation_increase(node, pod, self._measure.of, self.faithful)

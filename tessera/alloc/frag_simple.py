@@ -9,7 +9,9 @@ choice and the score terms. Python touches each node a few times, in C-level `ma
 at 5,000 nodes a node's objects are cold in the CPU cache, and each attribute read of each node
 in a Python loop is a measurable part of the tail (docs/benchmarks.md).
 
-Exact: every result equals the scalar path's, bit for bit (`tests/tessera/alloc/test_frag_batch.py`).
+Exact: every result equals the scalar path's and the plain reference's (`tessera.alloc.reference`),
+bit for bit (tests/tessera/alloc/test_frag_batch.py, test_reference_equivalence.py). Both paths
+stay because each is the fast one where it runs (`frag_policy` says where).
 
 Also here, `NodeVectors`: the policy's vector of each node and the byte bound of what their memos
 hold together.

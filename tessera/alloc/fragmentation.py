@@ -231,7 +231,8 @@ class FragmentationMeasure:
 
     def bucket_many(self, free_cpu: np.ndarray, free_memory: np.ndarray) -> np.ndarray:
         """`bucket` of each (free CPU, free RAM) pair, as int64 (`searchsorted` on the right is
-        `bisect_right`)."""
+        `bisect_right`): the batch path's form, where `bucket` per node would be a Python call
+        per candidate."""
         return np.searchsorted(self._cpu_cut_array, free_cpu, side="right") * (len(self._mem_cuts) + 1) + np.searchsorted(
             self._mem_cut_array, free_memory, side="right"
         )
@@ -349,7 +350,9 @@ class FragmentationMeasure:
 
     def _sum(self, rows: tuple[_Row, ...], gpus: Sequence[GpuFree], idle: int, counts: list[_Counts | None]) -> float:
         """The expectation over the shapes, added in the shapes' order so the value is bit for bit
-        what FGD's shape-by-shape loop gives (a last-digit difference can move a pod)."""
+        what FGD's shape-by-shape loop gives (`reference.plain_measure`; a last-digit difference
+        can move a pod). The counts come from `_counts` or, for a vector one GPU away from
+        another, from that vector's counts (`_changed`), whichever the caller has."""
         if idle == 0:
             return 0.0
         frag = 0.0
