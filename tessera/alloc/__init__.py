@@ -30,6 +30,11 @@ Public API (used by the scheduler extender `tessera.scheduler` and the simulator
   `tessera.dev/gpu-placement` when set. Online pods avoid GPUs with offline work; offline pods
   pack onto GPUs that already hold offline work.
 
+Inside: `Cluster` calls the policies only through the `Policy` protocol (`policy`); the
+fragmentation policies' plain reference scoring is `reference`, and the property tests hold
+every fast path to it. The modules' layers are an import-linter contract (`alloc-layers`,
+docs/architecture.md).
+
 May import `tessera.model` only, the standard library and numpy otherwise (numpy in the batch
 paths: `capacity_table`, `evaluation_cache`, `fragmentation`, `frag_batch`, `frag_policy`,
 `frag_simple`): the extender, the simulator and the tests share it.

@@ -3,7 +3,7 @@ candidate nodes are one numpy pass instead of a Python loop.
 
 Why: a pod shape the extender has no view for (`scheduler.evaluation_views`) walks every
 candidate node. At 90 % load most of them are rejected on their `Capacity` alone (a whole-GPU pod
-fits a few dozen of 1213 openb nodes), and doing so node by node cost 2 ms with the nodes' objects
+fits a few dozen of 1213 openb nodes), and doing so node by node costs 2 ms with the nodes' objects
 in the CPU cache and 6-7 ms without (node, summary and result dicts scattered over a heap of
 millions of objects), the floor under every such request at 1213 nodes (docs/benchmarks.md).
 
@@ -15,7 +15,7 @@ the inventory held at once, however many come and go over a cluster's life.
 
 A row also keeps the node's interned state (`EvaluationCache._intern`), so that the nodes that
 pass are looked up in the by-state cache straight from the array, without a walk over their
-objects (at 5,000 nodes a pod shape new to hundreds of candidates paid ~8 us per node for that
+objects (at 5,000 nodes a pod shape new to hundreds of candidates would pay ~8 us per node for that
 walk, docs/benchmarks.md).
 """
 from __future__ import annotations

@@ -100,10 +100,10 @@ class Cluster:
         self._evaluations.clear()  # results of the object it replaces must not be served
 
     def _introduce(self, impl: Policy) -> None:
-        """A policy that looks across nodes (reservations) learns the inventory it will score."""
-        if isinstance(impl, FragmentationAwarePolicy):
-            for node in self.nodes.values():
-                impl.node_changed(node)
+        """The policy learns the inventory it will score (one that looks across nodes, for
+        reservations, needs all of it)."""
+        for node in self.nodes.values():
+            impl.node_changed(node)
 
     def _make_policy(self, name: PlacementPolicy) -> Policy:
         if name is PlacementPolicy.FGD:
@@ -124,8 +124,9 @@ class Cluster:
         self.mix.observe(pod)
         snapshot = self.mix.snapshot()
         for name, policy in self._policies.items():
-            if isinstance(policy, FragmentationAwarePolicy) or (isinstance(policy, FgdPolicy) and self._fixed_mix is None):
-                policy.use_mix(snapshot)
+            if name is PlacementPolicy.FGD and self._fixed_mix is not None:
+                continue  # FGD keeps the mix it was given (the paper gives it the whole trace's)
+            policy.use_mix(snapshot)
 
     # --- inventory ------------------------------------------------------------------------------
     def add_node(self, node: NodeState) -> list[PodUid]:
@@ -156,8 +157,7 @@ class Cluster:
         self._evaluations.forget(name)
         self._index.touched(name)
         for impl in self._policies.values():
-            if isinstance(impl, (FgdPolicy, FragmentationAwarePolicy)):
-                impl.node_removed(name)
+            impl.node_removed(name)
         gone = [uid for uid, (_, p) in self._pods.items() if p.node == name]
         for uid in gone:
             del self._pods[uid]
@@ -186,8 +186,7 @@ class Cluster:
         self._index.touched(node.name)
         self._evaluations.prepare(node)
         for impl in self._policies.values():
-            if isinstance(impl, (FgdPolicy, FragmentationAwarePolicy)):
-                impl.node_changed(node)
+            impl.node_changed(node)
 
     # --- decisions ------------------------------------------------------------------------------
     def evaluate(self, pod: PodRequest, node_name: str, policy: PlacementPolicy | None = None) -> Evaluation | FitFailure:

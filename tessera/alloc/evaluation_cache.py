@@ -14,7 +14,7 @@ Three shortcuts, cheapest first, each giving exactly what the policy would:
    interned to an int once per node version, and (policy, epoch, pod shape) once per request:
    hashing the nested tuples for every (node, shape) look-up cost more than the look-up, and
    with the epoch in the key an entry is the result alone (no tuple for the cyclic collector
-   to walk: at 5,000 nodes a request for a new shape ran 4-10 young-generation collections).
+   to walk: at 5,000 nodes a request for a new shape would run 4-10 young-generation collections).
 
 From 64 candidates on, the nodes that pass shortcut 1 go to shortcut 3 straight from their
 `CapacityTable` row, which holds the interned state too: one look-up each, in C, and no walk
@@ -28,7 +28,7 @@ waits for it.
 Nodes no shortcut answers go to the policy together, one per state (`evaluate_many`; the
 fragmentation policies vectorise them). `evaluate` is `evaluate_many` of one node, so both
 take the same path. The per-node loop is written out inline: it runs once per candidate node
-of every pod shape new to the extender, and function calls there were a quarter of its cost.
+of every pod shape new to the extender, and function calls there would be a quarter of its cost.
 
 Memory: every map is bounded in bytes (`EvaluationBudget`), estimated as entries are added: a
 result as `RESULT_BYTES` plus `ASSIGNMENT_BYTES` per GPU container of its pod (an evaluation
@@ -61,6 +61,17 @@ _TABLE_MIN = 64  # candidate nodes from which the rejections are made in one num
 # code -> what `evaluate_many` answers without looking further (None: the node needs a look)
 _DECIDED = tuple({CPU: FitFailure.CPU, MEMORY: FitFailure.MEMORY, GPU: FitFailure.GPU}.get(code) for code in range(UNDECIDED + 1))
 MiB: Final = 1024 * 1024
+_STATE_BITS: Final = 40
+
+
+def by_state_base(key: int) -> int:
+    """The by-state cache's key of (`key`, state 0); OR a state id into it for that state's.
+
+    (policy, epoch, pod shape) id and node state id packed into one int, because the map is read
+    once per candidate node, and an int hashes without a tuple to build and is no object for the
+    cyclic collector to walk. State ids (`IdTable`, one per interned node state) stay below
+    2**40, a trillion states."""
+    return key << _STATE_BITS
 
 RESULT_BYTES: Final = 300
 """Estimated bytes of one cached result of a one-container pod, by whichever map holds it last:
@@ -131,7 +142,7 @@ class _NodeInfo:
 class EvaluationCache:
     def __init__(self, budget: EvaluationBudget = EvaluationBudget()) -> None:
         self._budget = budget
-        self._by_state: dict[int, Result] = {}  # (key << 40 | state): an int key is no object to walk
+        self._by_state: dict[int, Result] = {}  # by `by_state_base(key) | state`
         self._by_state_bytes = 0
         self._keys = IdTable(_STATE_CACHE_LIMIT, budget.keys)
         self._info: dict[str, _NodeInfo] = {}
@@ -152,7 +163,7 @@ class EvaluationCache:
         """Derive what a request would need of this new version of the node now (capacity summary,
         its `CapacityTable` row, interned state): at a change the node's objects are in the CPU
         cache and nothing waits, while in a request a pod shape new to hundreds of candidates
-        paid for each of them cold (at 5,000 nodes ~50 of ~130 us per node, docs/benchmarks.md).
+        would pay for each of them cold (at 5,000 nodes ~50 of ~130 us per node, docs/benchmarks.md).
 
         Contract: once a node was prepared, every later change of it is prepared too (`Cluster`
         does so on every change), since its row answers for it without a look at the node. A
@@ -200,6 +211,7 @@ class EvaluationCache:
                 out[name] = unknown if node is None else impl.evaluate(node, pod)
             return out
         key = self._key_id(impl, pod)
+        base = by_state_base(key)
         size = result_bytes(pod)
         demand = Demand.of(pod) if impl.standard_fit else None
         by_state = self._by_state
@@ -218,7 +230,7 @@ class EvaluationCache:
                     rowed = [names[i] for i in passed]
                     rowed_states = states[passed].tolist()
                     look_up = cast(Callable[[int], Result | None], by_state.get)
-                    out.update(zip(rowed, map(look_up, map((key << 40).__or__, rowed_states))))  # type: ignore[arg-type]  # None where no state has a result: filled after the batch below
+                    out.update(zip(rowed, map(look_up, map(base.__or__, rowed_states))))  # type: ignore[arg-type]  # None where no state has a result: filled after the batch below
                 undecided = codes == UNDECIDED
                 names = [names[i] for i in np.flatnonzero(undecided | ((codes == PASS) & (states < 0))).tolist()]
                 if not undecided.any():
@@ -248,7 +260,7 @@ class EvaluationCache:
                 continue
             if info.state < 0:
                 info.state = self._intern(node)
-            shared = by_state.get(key << 40 | info.state)
+            shared = by_state.get(base | info.state)
             if shared is not None:
                 out[name] = shared
                 self._remember(info, key, shared, size)
@@ -270,16 +282,13 @@ class EvaluationCache:
         for node, info in zip(missing, missing_info):
             todo.setdefault(info.state, node)
         if todo:
-            batch = getattr(impl, "evaluate_many", None)
-            nodes_todo = list(todo.values())
-            results = batch(nodes_todo, pod) if batch is not None else [impl.evaluate(node, pod) for node in nodes_todo]
+            results = impl.evaluate_many(list(todo.values()), pod)
             added = size * len(todo)
             if len(by_state) + len(todo) > _STATE_CACHE_LIMIT or self._by_state_bytes + added > self._budget.by_state:
                 by_state.clear()
                 self._by_state_bytes = 0
             answers = dict(zip(todo, results))
             if added <= self._budget.by_state:
-                base = key << 40
                 for state, result in answers.items():
                     by_state[base | state] = result
                 self._by_state_bytes += added

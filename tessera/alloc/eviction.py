@@ -2,22 +2,28 @@
 
 kube-scheduler's reprieve gives a node's victims back one by one, asking each time whether the
 preemptor still fits: n questions about sets of n pods that differ from the one before by a pod
-or a few. Releasing and restoring every victim for each question was O(n^2) pod moves; a trial
+or a few. Releasing and restoring every victim for each question would be O(n^2) pod moves; a trial
 moves only the pods that changed (`Cluster.set_aside`), so n questions cost O(n).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tessera.alloc.model import FitFailure, Placement, PodRequest, PodUid
 from tessera.alloc.policy import Evaluation
 
-if TYPE_CHECKING:
-    from tessera.alloc.cluster import Cluster
-
 SetAside = tuple[PodUid, PodRequest, Placement]  # a pod taken off its node by `Cluster.set_aside`
+
+
+class Trialled(Protocol):
+    """What a trial calls on the cluster (`Cluster`; a protocol, so that this module stays below
+    it in the import layers)."""
+
+    def set_aside(self, node_name: str, evict: Iterable[PodUid], put_back: Iterable[SetAside] = ()) -> list[SetAside]: ...
+
+    def evaluate(self, pod: PodRequest, node_name: str) -> Evaluation | FitFailure: ...
 
 
 class EvictionTrial:
@@ -31,7 +37,7 @@ class EvictionTrial:
 
     Used under the lock that serialises the cluster, from `eviction_trial` to `close`."""
 
-    def __init__(self, cluster: Cluster, pod: PodRequest, node_name: str) -> None:
+    def __init__(self, cluster: Trialled, pod: PodRequest, node_name: str) -> None:
         self._cluster = cluster
         self._pod = pod
         self._node = node_name

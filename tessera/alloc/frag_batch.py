@@ -3,14 +3,14 @@
 Why: a pod shape the extender has not seen on a node costs one fragmentation evaluation per
 candidate node, and most of a scalar evaluation is Python bookkeeping around a handful of
 additions. When a new shape meets 500 candidate nodes (kube-scheduler's sample at 5,000 nodes
-and more) that was 20-40 ms, the whole tail of the scale curve (docs/benchmarks.md). Here the
+and more) that is 20-40 ms done node by node, the whole tail of the scale curve (docs/benchmarks.md). Here the
 vectors of every candidate are evaluated together with numpy.
 
 Exact, not approximate: the simulator replays one node at a time through the scalar path while
 the extender answers in batches, and a last-digit difference can move a pod, so both must give
 the same float. The per-demand counts are integers (exact in any order), and the expectation
 is added row by row in the shapes' order, one float64 multiply and one add per row, which are
-the IEEE operations the scalar `_sum` performs in the same order (numpy's pairwise `sum` would
+the IEEE operations the scalar `FragmentationMeasure.of` performs in the same order (numpy's pairwise `sum` would
 round differently and is not used for it). `tests/tessera/alloc/test_frag_batch.py` compares
 the two on random states.
 
@@ -106,25 +106,25 @@ def _expectation(
     model_ids: Sequence[int] | np.ndarray,
     model_list: list[frozenset[str]],
 ) -> np.ndarray:
-    """`FragmentationMeasure._sum` for every row of `free` / `gpu_memory` (items x GPUs), as float64."""
+    """`FragmentationMeasure.of` (not memoised) for every row of `free` / `gpu_memory` (items x GPUs), as float64."""
     fitting, fitting_free, idle = demand_counts(measure, free, gpu_memory, valid)
     return shape_sum(measure, fitting, idle - fitting_free, idle, cpu, ram, model_ids, model_list)
 
 
 def demand_counts(measure: FragmentationMeasure, free: np.ndarray, gpu_memory: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per demand and row (demands x rows): how many GPUs fit the demand and their free milli
-    summed, and per row the free milli of all its GPUs (`FragmentationMeasure._counts`'s
-    integers: what is stranded for a demand is the row's free milli less what fits)."""
-    tables = _tables(measure)
+    summed, and per row the free milli of all its GPUs (the integers the scalar
+    measure counts: what is stranded for a demand is the row's free milli less what fits)."""
+    tables = measure.arrays
     fits = (free[None, :, :] >= tables.milli[:, None, None]) & (gpu_memory[None, :, :] >= tables.gpu_memory[:, None, None]) & valid[None, :, :]
     # count_nonzero and einsum reduce the short GPU axis in one pass each (sum over an axis of 8
-    # went element by element): a third less time at 300 nodes, the same integers
+    # goes element by element): a third less time at 300 nodes, the same integers
     return np.count_nonzero(fits, axis=2), np.einsum("drg,rg->dr", fits, free), np.where(valid, free, 0).sum(axis=1)
 
 
 def fits_each(measure: FragmentationMeasure, free: np.ndarray, gpu_memory: np.ndarray) -> np.ndarray:
     """Per demand and GPU (demands x GPUs): does one GPU of this free milli and memory fit it."""
-    tables = _tables(measure)
+    tables = measure.arrays
     return (free[None, :] >= tables.milli[:, None]) & (gpu_memory[None, :] >= tables.gpu_memory[:, None])
 
 
@@ -139,13 +139,13 @@ def shape_sum(
     model_list: list[frozenset[str]],
 ) -> np.ndarray:
     """The expectation over the mix's shapes from the per-demand counts (`demand_counts`), per
-    item: what `FragmentationMeasure._sum` adds, shape by shape in its order."""
-    tables = _tables(measure)
+    item: what `FragmentationMeasure.of` adds, shape by shape in its order."""
+    tables = measure.arrays
     # per shape (rows, in the shapes' order) and item: can the node host the shape at all, and
     # does it have enough GPUs with the shape's share free
     hostable = (np.array(cpu, dtype=np.int64)[None, :] >= tables.cpu[:, None]) & (np.array(ram, dtype=np.int64)[None, :] >= tables.memory[:, None])
     if tables.limited:
-        allowed = np.array([[s.models is None or bool(s.models & m) for m in model_list] for s in measure._shapes], dtype=bool)
+        allowed = np.array([[s.models is None or bool(s.models & m) for m in model_list] for s in measure.shapes], dtype=bool)
         hostable &= allowed[:, np.array(model_ids, dtype=np.intp)]
     hostable &= tables.gpu_shape[:, None]
     enough = hostable & (fitting[tables.demand] >= tables.count[:, None])
@@ -154,29 +154,6 @@ def shape_sum(
     frag = np.add.accumulate(tables.weight[:, None] * counted, axis=0)[-1]
     frag[idle == 0] = 0.0
     return frag
-
-
-class _Tables:
-    """The measure's shapes and demands as arrays (built once per measure)."""
-
-    def __init__(self, measure: FragmentationMeasure) -> None:
-        shapes = measure._shapes
-        self.milli = np.array([m for m, _ in measure._demands], dtype=np.int64)
-        self.gpu_memory = np.array([g for _, g in measure._demands], dtype=np.int64)
-        self.weight = np.array([s.weight for s in shapes], dtype=np.float64)
-        self.count = np.array([s.count for s in shapes], dtype=np.int64)
-        self.cpu = np.array([s.cpu for s in shapes], dtype=np.int64)
-        self.memory = np.array([s.memory for s in shapes], dtype=np.int64)
-        self.gpu_shape = np.array([s.count > 0 for s in shapes], dtype=bool)
-        self.demand = np.array([measure._demand_of[(s.milli, s.gpu_memory)] for s in shapes], dtype=np.intp)
-        self.limited = any(s.models is not None for s in shapes)
-
-
-def _tables(measure: FragmentationMeasure) -> _Tables:
-    tables = measure.__dict__.get("_batch_tables")
-    if tables is None:
-        tables = measure.__dict__["_batch_tables"] = _Tables(measure)
-    return tables  # type: ignore[no-any-return]
 
 
 def measure_many(measure: FragmentationMeasure, items: Sequence[tuple[frozenset[str], int, int, Sequence[GpuFree]]]) -> list[float]:

@@ -22,6 +22,20 @@ Tessera's fragmentation-aware policy differs where it measurably helps (docs/sch
   a few times what those pods will take;
 - the mix is learned online (`WorkloadMix`), in the simulator as in the extender.
 
+One evaluation, several ways, each equal to the last bit to the plain one (`reference`, which
+tests/tessera/alloc/test_reference_equivalence.py holds every other to). Two ways are needed for
+speed: the simulator replays one node at a time, where numpy's set-up (~0.2 ms a batch) would
+cost more than the node, while the extender meets hundreds of candidate nodes with one pod,
+where a Python loop per node is the whole tail of its latency (docs/benchmarks.md). So:
+- the GPU choice and increase: `_evaluate_simple` (one node; the memoised measure and its
+  per-GPU variants) and `frag_simple.SimpleBatch` (many nodes; `frag_batch`'s arrays), for a
+  one-container pod without model or co-location preference; every other pod, one way only:
+  `reference.fragmentation_increase` with the memoised measure;
+- the score: `_finish` (one node) calls the reference's (`reference.fgd_key`,
+  `reference.AwareTerms.key`); `FragmentationAwarePolicy._finish_many` computes its terms over
+  all nodes at once (`HostDemand.unfed_increase_many`, `frag_batch.sigmoid_scores`, the
+  reservations' batch calls) in the same float operations, in the same order.
+
 What a policy remembers is bounded in bytes (`FragMemoBudget`): the `_evaluate` results per node
 version (`frag_simple.NodeVectors`), the fragmentation measure's memo, the interned memo keys
 (`interning.IdTable`); the interned score keys are at most `_KEY_LIMIT` tuples of at most four
@@ -29,7 +43,6 @@ floats (`SCORE_KEY_BYTES` each).
 """
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from itertools import repeat
@@ -38,22 +51,34 @@ from typing import Final, cast
 
 import numpy as np
 
-from tessera.alloc.assign import Assignment, Slot, assign, host_fit, one_gpu, slots_for
-from tessera.alloc import frag_simple as fs
-from tessera.alloc.frag_batch import Raw, sigmoid_score, sigmoid_scores
-from tessera.alloc.frag_simple import NodeVector, NodeVectors, SimpleBatch, memo_result_bytes
+from tessera.alloc.assign import Assignment, host_fit, one_gpu
+from tessera.alloc.frag_batch import Raw, sigmoid_scores
+from tessera.alloc.frag_simple import (
+    FREE_CPU,
+    FREE_MEMORY,
+    FREE_TOTAL,
+    GPU_COUNT,
+    HOST_FITS,
+    NO_PLACEMENT,
+    SIMPLE,
+    NodeVector,
+    NodeVectors,
+    SimpleBatch,
+    host_fit_code,
+    memo_key,
+    memo_result_bytes,
+    memos_of,
+    stack,
+)
 from tessera.alloc.frag_settings import FragAwareSettings, FragMemoBudget
 from tessera.alloc.fragmentation import FragmentationMeasure, GpuFree, HostDemand
 from tessera.alloc.interning import IdTable
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
 from tessera.alloc.model_pressure import ModelPressure
-from tessera.alloc.policy import Evaluation, PlacementPolicy, gpu_rank_for
+from tessera.alloc.policy import Evaluation, PlacementPolicy
+from tessera.alloc.reference import AwareTerms, fgd_key, fragmentation_increase, host_increase, plain_measure
 from tessera.alloc.reservation import Reservations
 from tessera.alloc.workload import MixSnapshot
-
-
-def _free(slots: Sequence[Slot]) -> list[GpuFree]:
-    return [(s.free_milli, s.free_memory_mib) for s in slots]
 
 
 _Raw = Raw
@@ -124,7 +149,7 @@ class _FragPolicyBase(ABC):
         what it reads of the pod: GPU containers, models and class, and CPU/RAM only through
         `host_fit` and the measure's buckets. So pods that differ only in CPU or RAM (most of a
         trace's shapes) mostly share it; `_finish` (a few float operations) reads them exactly."""
-        vector, key = self._memo(node, pod, self._pod_key(pod))
+        vector, key = self._memo(node, pod, self._pod_family(pod))
         result = vector.memo.get(key)
         if result is None:
             self._vectors.reserve(vector, memo_result_bytes(pod))
@@ -132,25 +157,28 @@ class _FragPolicyBase(ABC):
             self._vectors.settle()
         return self._finish(node, pod, result)
 
-    def _pod_key(self, pod: PodRequest) -> int:
+    def _pod_family(self, pod: PodRequest) -> int:
         """An interned id of what `_evaluate` reads of the pod besides its CPU and RAM (GPU
         containers, models, class); once per pod, not per node."""
         shape = pod.shape
-        return self._memo_keys.id_of((shape[0], shape[3], shape[4]))
+        return self._memo_keys.id_of((shape.gpus, shape.gpu_models, shape.app_class))
 
-    def _memo(self, node: NodeState, pod: PodRequest, pod_key: int) -> tuple[NodeVector, int]:
+    def _memo(self, node: NodeState, pod: PodRequest, family: int) -> tuple[NodeVector, int]:
         """The node's vector, its memo of `_evaluate` results made current for this measure
-        epoch (`NodeVector.memo`), and the pod's key in it: `pod_key` (`_pod_key`) with whether
-        the pod's CPU and RAM fit and the measure's buckets of what they leave, as one int (one
-        measure epoch has one bucket count, and the memo is emptied when the epoch moves)."""
+        epoch (`NodeVector.memo`), and the pod's `memo_key` in it (`family`: `_pod_family`)."""
         vector = self._vectors.of(node)
         measure = self._measure
         if vector.memo_epoch != measure.epoch:
             self._vectors.renew(vector, measure.epoch)
         free_cpu, free_memory = vector.free_cpu, vector.free_host_memory
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
-        return vector, (pod_key * 4 + fits) * measure.bucket_count + measure.bucket(free_cpu - cpu, free_memory - memory)
+        bucket = measure.bucket(free_cpu - cpu, free_memory - memory)
+        return vector, memo_key(family, host_fit_code(free_cpu, free_memory, cpu, memory), bucket, measure.bucket_count)
+
+    def memoised(self, node: NodeState, pod: PodRequest) -> Raw | None:
+        """The `_evaluate` result held for (node, pod) under the current measure, if any."""
+        vector, key = self._memo(node, pod, self._pod_family(pod))
+        return vector.memo.get(key)
 
     def _evaluation(self, key: tuple[float, ...], choice: Assignment) -> Evaluation:
         shared = self._keys.get(key)
@@ -170,21 +198,21 @@ class _FragPolicyBase(ABC):
             return [self.evaluate(node, pod) for node in nodes]
         measure = self._measure
         vectors = self._vectors.current(nodes, measure.epoch)
-        host, gpus = fs.stack(vectors)
+        host, gpus = stack(vectors)
         cpu, memory = pod.cpu_milli, pod.memory_mib
-        free_cpu, free_memory = host[:, fs.FREE_CPU], host[:, fs.FREE_MEMORY]
-        host_fits = (free_cpu >= cpu) * 2 + (free_memory >= memory)
-        # `_memo`'s keys, computed together
-        keys = ((self._pod_key(pod) * 4 + host_fits) * measure.bucket_count + measure.bucket_many(free_cpu - cpu, free_memory - memory)).tolist()
-        memos = fs.memos_of(vectors)
+        free_cpu, free_memory = host[:, FREE_CPU], host[:, FREE_MEMORY]
+        host_fits = host_fit_code(free_cpu, free_memory, cpu, memory)
+        buckets = measure.bucket_many(free_cpu - cpu, free_memory - memory)
+        keys = memo_key(self._pod_family(pod), host_fits, buckets, measure.bucket_count).tolist()  # `_memo`'s, together
+        memos = memos_of(vectors)
         raws: list[_Raw | None] = list(map(dict.get, memos, keys))
         missing = [i for i, raw in enumerate(raws) if raw is None]
         if missing:
             simple = np.zeros(len(nodes), dtype=bool)
             if self._simple_pod(pod):
-                simple = (host_fits == 3) & (host[:, fs.SIMPLE] == 1)
+                simple = (host_fits == HOST_FITS) & (host[:, SIMPLE] == 1)
                 if not self.faithful:
-                    simple &= host[:, fs.NO_PLACEMENT] == 1
+                    simple &= host[:, NO_PLACEMENT] == 1
             batch: list[int] = []
             size = memo_result_bytes(pod)
             reserve = self._vectors.reserve
@@ -200,7 +228,7 @@ class _FragPolicyBase(ABC):
         return self._finish_many(nodes, pod, raws, host)  # type: ignore[arg-type]
 
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
-        """`_finish` of every node (`host`: their `frag_simple.stack` host columns)."""
+        """`_finish` of every node (`host`: their `stack` host columns)."""
         return [self._finish(node, pod, raw) for node, raw in zip(nodes, raws)]
 
     def _simple_pod(self, pod: PodRequest) -> bool:
@@ -209,10 +237,6 @@ class _FragPolicyBase(ABC):
     def _simple_node(self, node: NodeState, vector: NodeVector) -> bool:
         # the share cap is enforced in assign(); placement labels rank GPUs their own way
         return (self.faithful or vector.no_placement) and not vector.offline and vector.uncapped
-
-    @abstractmethod
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
-        """The policy's score from `_evaluate`'s result (FGD or fragmentation-aware)."""
 
     def _vector(self, node: NodeState) -> NodeVector:
         """The node's healthy GPUs as the simple path reads them, cached by version."""
@@ -269,34 +293,43 @@ class _FragPolicyBase(ABC):
         if not changes:
             return FitFailure.GPU
         values = measure.of_variants(models, cpu_after, mem_after, free, changes)
-        k, best = changes[0][0], round(values[0], 6)
+        # the GPU of the lowest value rounded to 6 decimals (float noise must not split GPUs
+        # in the same state), the lowest index on a tie; the increase from its exact value
+        k, best, exact = changes[0][0], round(values[0], 6), values[0]
         for (position, _), raw in zip(changes[1:], values[1:]):
             value = round(raw, 6)
             if value < best:  # strict: the lowest index wins a tie
-                k, best = position, value
-        return best - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
+                k, best, exact = position, value, raw
+        return exact - before, one_gpu(indices[k]), idle_count - (1 if idle[k] else 0)
 
-    def _evaluate_general(self, node: NodeState, pod: PodRequest) -> tuple[float, Assignment, int] | FitFailure:
-        cpu_after = node.free_cpu_milli - pod.cpu_milli
-        mem_after = node.free_memory_mib - pod.memory_mib
-        models = node.models
-        of = self._measure.of
+    def _evaluate_general(self, node: NodeState, pod: PodRequest) -> Raw:
+        return fragmentation_increase(node, pod, self._measure.of, self.faithful)
 
-        def frag_after(slots: Sequence[Slot], i: int, c: ContainerRequest) -> tuple[float, ...]:
-            gpus = _free(slots)
-            free, mem = gpus[i]
-            take = MILLI_PER_GPU if c.whole else c.gpu_milli
-            gpus[i] = (free - take, mem - (slots[i].memory_mib if c.whole else (c.gpu_memory_mib or 0)))
-            return (round(of(models, cpu_after, mem_after, gpus), 6),)
+    def reference_increase(self, node: NodeState, pod: PodRequest) -> Raw:
+        """`_evaluate` computed the plain way (`tessera.alloc.reference`): no memo, no vectors,
+        no batch, the measure shape by shape over every GPU."""
+        shapes = self._measure.shapes
 
-        rank = frag_after if self.faithful else gpu_rank_for(node, frag_after)
-        result = assign(node, pod, rank)
-        if isinstance(result, FitFailure):
-            return result
-        choice, slots = result
-        before = of(models, node.free_cpu_milli, node.free_memory_mib, _free(slots_for(node, pod)))
-        after = of(models, cpu_after, mem_after, _free(slots))
-        return after - before, choice, sum(1 for s in slots if s.idle)
+        def measure_of(models: frozenset[str], free_cpu: int, free_memory: int, gpus: Sequence[GpuFree]) -> float:
+            return plain_measure(shapes, models, free_cpu, free_memory, gpus)
+
+        return fragmentation_increase(node, pod, measure_of, self.faithful)
+
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        raw = self.reference_increase(node, pod)
+        if isinstance(raw, FitFailure):
+            return raw
+        return Evaluation(self._key(node, pod, raw, host_increase(node, pod, self._host)), raw[1])
+
+    @abstractmethod
+    def _key(self, node: NodeState, pod: PodRequest, placed: _Placed, host: float) -> tuple[float, ...]:
+        """The policy's score key of a placement (`host`: `reference.host_increase`)."""
+
+    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
+        """The policy's evaluation from `_evaluate`'s result."""
+        if isinstance(raw, FitFailure):
+            return raw
+        return self._evaluation(self._key(node, pod, raw, self._host_increase(node, pod)), raw[1])
 
 
 class FgdPolicy(_FragPolicyBase):
@@ -305,11 +338,11 @@ class FgdPolicy(_FragPolicyBase):
     name = PlacementPolicy.FGD
     faithful = True
 
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw) -> Evaluation | FitFailure:
-        if isinstance(raw, FitFailure):
-            return raw
-        increase, choice, _ = raw
-        return self._evaluation((float(sigmoid_score(increase)),), choice)
+    def _host_increase(self, node: NodeState, pod: PodRequest) -> float:
+        return 0.0  # FGD's score does not read it
+
+    def _key(self, node: NodeState, pod: PodRequest, placed: _Placed, host: float) -> tuple[float, ...]:
+        return fgd_key(placed[0])
 
 
 class FragmentationAwarePolicy(_FragPolicyBase):
@@ -325,6 +358,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self._nodes: dict[str, NodeState] = {}
         self._reserve = self._reservations(snapshot)
         self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
+        self._terms = AwareTerms(self.settings, self._host, self._pressure, self._reserve)
         self._epoch_of: tuple[int, int, int] = (self._measure.epoch, self._reserve.generation, self._pressure.generation)
         self._epoch = 0
 
@@ -343,6 +377,7 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             super().use_mix(snapshot)
             self._reserve = self._reservations(snapshot)
             self._pressure = ModelPressure(snapshot, self.settings.model_protect_factor)
+            self._terms = AwareTerms(self.settings, self._host, self._pressure, self._reserve)
             for node in self._nodes.values():
                 self._reserve.track(node)
                 self._pressure.track(node)
@@ -373,20 +408,10 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         self._reserve.forget(name)
         self._pressure.forget(name)
 
-    def _model_cost(self, node: NodeState, pod: PodRequest, choice: Assignment) -> float:
-        """Milli-GPUs of limited pods expected to fail because this placement uses their models."""
-        cost = self._pressure.cost
-        if len(node.models) == 1:
-            return pod.gpu_milli_total * cost(node.gpus[0].model)
-        model = {g.index: g.model for g in node.gpus}
-        return sum(
-            (MILLI_PER_GPU if c.whole else c.gpu_milli) * cost(model[i]) for c, indices in zip(pod.gpu_containers, choice) for i in indices
-        )
-
     def _finish_many(self, nodes: Sequence[NodeState], pod: PodRequest, raws: Sequence[_Raw], host: np.ndarray) -> list[Evaluation | FitFailure]:
         """`_finish` of every node, with what depends only on the pod decided once and the
         score terms computed over all nodes together, from the nodes' host columns where they
-        hold the figure (`frag_simple.stack`); the same float operations in the same order as
+        hold the figure (`stack`); the same float operations in the same order as
         `_finish` (so the same bits)."""
         st = self.settings
         if not st.sigmoid_bands or st.prefer_in_use:
@@ -404,16 +429,16 @@ class FragmentationAwarePolicy(_FragPolicyBase):
         rows = host[placed]
         if st.host_weight:
             increases = increases + st.host_weight * self._host.unfed_increase_many(
-                rows[:, fs.FREE_TOTAL], rows[:, fs.FREE_CPU], rows[:, fs.FREE_MEMORY], pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib
+                rows[:, FREE_TOTAL], rows[:, FREE_CPU], rows[:, FREE_MEMORY], pod.gpu_milli_total, pod.cpu_milli, pod.memory_mib
             )
         if st.model_weight and self._pressure:
-            increases = increases + st.model_weight * np.array([self._model_cost(node, pod, choice) for node, choice in zip(at, choices)], dtype=np.float64)
+            increases = increases + st.model_weight * np.array([self._terms.model_cost(node, pod, choice) for node, choice in zip(at, choices)], dtype=np.float64)
         if st.scarce_weight:
             increases = increases + st.scarce_weight * np.array(self._reserve.scarce_losses(at, pod, choices), dtype=np.float64)
         banded = sigmoid_scores(increases, st.band_scale)
         if self._reserve.active:
             banded = banded - (st.band_scale + 1) * np.array(self._reserve.penalties(at, pod, choices), dtype=np.float64) / MILLI_PER_GPU
-        sizes = (-(st.node_size_preference * rows[:, fs.GPU_COUNT]).astype(np.float64)).tolist()
+        sizes = (-(st.node_size_preference * rows[:, GPU_COUNT]).astype(np.float64)).tolist()
         fewer_idle = [-float(idle) for _, _, idle in found] if st.prefer_fewer_idle else repeat(0.0)
         shared_keys = self._keys
         if len(shared_keys) + n > _KEY_LIMIT:
@@ -427,32 +452,8 @@ class FragmentationAwarePolicy(_FragPolicyBase):
             out[i] = evaluation
         return out
 
-    def _finish(self, node: NodeState, pod: PodRequest, raw: _Raw, host: float | None = None) -> Evaluation | FitFailure:
-        """`host`: `_host_increase(node, pod)` when the caller computed it already."""
-        if isinstance(raw, FitFailure):
-            return raw
-        increase, choice, idle_after = raw
-        st = self.settings
-        if st.host_weight:
-            increase += st.host_weight * (self._host_increase(node, pod) if host is None else host)
-        if st.model_weight and self._pressure:
-            increase += st.model_weight * self._model_cost(node, pod, choice)
-        if st.scarce_weight:
-            increase += st.scarce_weight * self._reserve.scarce_loss(node, pod, choice)
-        if st.sigmoid_bands:
-            banded = float(sigmoid_score(increase, st.band_scale))
-        elif st.tolerance_milli > 0:
-            banded = -math.floor(increase / st.tolerance_milli + 1e-9)
-        else:
-            banded = -round(increase, 6)
-        if self._reserve.active:
-            # Reserved GPUs lost come first: each one costs more than the whole band range (the
-            # sigmoid saturates, so an added increase could not tell 8 lost GPUs from 16).
-            banded -= (st.band_scale + 1) * self._reserve.penalty(node, pod, choice) / MILLI_PER_GPU
-        in_use = 1.0 if st.prefer_in_use and (any(g.used_milli for g in node.gpus) or node.used_cpu_milli > 0) else 0.0
-        fewer_idle = -float(idle_after) if st.prefer_fewer_idle else 0.0
-        # No exact-increase key after the bands: ties must fall to the fixed node ranking, which
-        # consolidates work on the same nodes (measured: breaking ties by the exact increase
-        # scatters pods and loses ~1 % of allocation at full load).
-        size = -float(st.node_size_preference * len(node.gpus))
-        return self._evaluation((float(banded), size, in_use, fewer_idle), choice)
+    def _host_increase(self, node: NodeState, pod: PodRequest) -> float:
+        return super()._host_increase(node, pod) if self.settings.host_weight else 0.0
+
+    def _key(self, node: NodeState, pod: PodRequest, placed: _Placed, host: float) -> tuple[float, ...]:
+        return self._terms.key(node, pod, placed, host)

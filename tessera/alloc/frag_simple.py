@@ -7,9 +7,11 @@ batch stacks those arrays in C (`stack`) and works on columns from then on: the 
 nodes take the simple path, the candidate GPUs of a share, their measure (`frag_batch`), the
 choice and the score terms. Python touches each node a few times, in C-level `map`s where it can:
 at 5,000 nodes a node's objects are cold in the CPU cache, and each attribute read of each node
-in a Python loop was a measurable part of the tail (docs/benchmarks.md).
+in a Python loop is a measurable part of the tail (docs/benchmarks.md).
 
-Exact: every result equals the scalar path's, bit for bit (`tests/tessera/alloc/test_frag_batch.py`).
+Exact: every result equals the scalar path's and the plain reference's (`tessera.alloc.reference`),
+bit for bit (tests/tessera/alloc/test_frag_batch.py, test_reference_equivalence.py). Both paths
+stay because each is the fast one where it runs (`frag_policy` says where).
 
 Also here, `NodeVectors`: the policy's vector of each node and the byte bound of what their memos
 hold together.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 
@@ -32,6 +34,29 @@ USABLE, FREE_CPU, FREE_MEMORY, IDLE_COUNT, FREE_TOTAL, GPU_COUNT, SIMPLE, NO_PLA
 HOST_COLUMNS = 8
 FREE, GPU_MEMORY, FIRST, INDEX, IDLE = range(5)
 GPU_ROWS = 5
+HOST_FITS: Final = 3
+"""`host_fit_code` of a pod whose CPU and RAM both fit the node."""
+_IntOrArray = TypeVar("_IntOrArray", int, np.ndarray)
+
+
+def host_fit_code(free_cpu: _IntOrArray, free_memory: _IntOrArray, cpu: int, memory: int) -> _IntOrArray:
+    """Whether the pod's CPU (2) and its RAM (1) fit the node's free figures, added into one
+    small int (`HOST_FITS`: both); element-wise on arrays of free figures."""
+    return (free_cpu >= cpu) * 2 + (free_memory >= memory)  # type: ignore[return-value]  # int or array, as given
+
+
+def memo_key(family: int, host_fits: _IntOrArray, bucket: _IntOrArray, bucket_count: int) -> _IntOrArray:
+    """The key of an `_evaluate` result in a node's memo (`NodeVector.memo`): the pod's family
+    (`_FragPolicyBase._pod_family`), its `host_fit_code` on the node and the measure's bucket of
+    the CPU and RAM it leaves there (`FragmentationMeasure.bucket`, one of `bucket_count`).
+
+    Packed into one int, mixed radix, because the memo is looked up once per candidate node and
+    an int hashes with nothing to build or for the collector to walk; element-wise on arrays (a
+    batch computes every node's key at once). A memo holds the results of one measure epoch,
+    which fixes `bucket_count`, so keys of one memo never collide."""
+    return (family * 4 + host_fits) * bucket_count + bucket  # type: ignore[return-value]  # int or array, as given
+
+
 MEMO_LIMIT: Final = 1024  # results per node version (pod families x CPU/RAM buckets)
 
 MEMO_RESULT_BYTES: Final = 350
@@ -320,9 +345,12 @@ class SimpleBatch:
                 vectors[i].before = value
                 vectors[i].before_epoch = epoch
         # per node with a candidate GPU: its first GPU of the lowest rounded value, and the
-        # scalar path's result from it (`value - before` is the one float subtraction it does)
-        picked, k, best = first_minimum(items_at, positions, values[:items], n, width)
-        placed = list(zip((best - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
+        # scalar path's result from its exact value (`value - before`, the one float subtraction
+        # the scalar path does)
+        picked, k, _ = first_minimum(items_at, positions, values[:items], n, width)
+        exact = np.zeros((n, width))
+        exact[items_at, positions] = values[:items]
+        placed = list(zip((exact[picked, k] - before[picked]).tolist(), map(one_gpu, gpu_index[picked, k].tolist()), (idle_count[picked] - idle[picked, k]).tolist()))
         if len(placed) == n:
             return placed  # type: ignore[return-value]
         out: list[Raw] = [FitFailure.GPU] * n

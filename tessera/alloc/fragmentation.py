@@ -59,7 +59,9 @@ _Counts = tuple[int, int]  # (stranded milli, GPUs that fit) of one vector for o
 
 
 @dataclass(frozen=True)
-class _Shape:
+class MeasuredShape:
+    """One shape of the mix as the measure reads it (its weight normalised over the mix)."""
+
     count: int
     milli: int
     gpu_memory: int  # 0 = no GPU memory condition
@@ -123,6 +125,25 @@ class HostDemand:
         return gpus - feed
 
 
+class ShapeArrays:
+    """The measure's shapes and demands as arrays, for the batch forms of the measure
+    (`frag_batch`); built once per measure, on first use."""
+
+    __slots__ = ("milli", "gpu_memory", "weight", "count", "cpu", "memory", "gpu_shape", "demand", "limited")
+
+    def __init__(self, shapes: Sequence[MeasuredShape], demands: Sequence[tuple[int, int]]) -> None:
+        demand_of = {demand: i for i, demand in enumerate(demands)}
+        self.milli = np.array([m for m, _ in demands], dtype=np.int64)
+        self.gpu_memory = np.array([g for _, g in demands], dtype=np.int64)
+        self.weight = np.array([s.weight for s in shapes], dtype=np.float64)
+        self.count = np.array([s.count for s in shapes], dtype=np.int64)
+        self.cpu = np.array([s.cpu for s in shapes], dtype=np.int64)
+        self.memory = np.array([s.memory for s in shapes], dtype=np.int64)
+        self.gpu_shape = np.array([s.count > 0 for s in shapes], dtype=bool)
+        self.demand = np.array([demand_of[(s.milli, s.gpu_memory)] for s in shapes], dtype=np.intp)
+        self.limited = any(s.models is not None for s in shapes)
+
+
 class FragmentationMeasure:
     """Expected fragmented milli-GPUs of a node state under one mix snapshot."""
 
@@ -140,7 +161,7 @@ class FragmentationMeasure:
         the pods: when they are common their pod count already protects whole nodes).
         `max_bytes`: the memo's byte budget (`MEMO_BYTES`, `ROWS_BYTES`)."""
         self.epoch = snapshot.epoch
-        shapes: list[_Shape] = []
+        shapes: list[MeasuredShape] = []
         multi_share = sum(s.weight for s in snapshot.shapes if s.gpu_count > 1)
         boost = weighting == "multi" and multi_share < multi_boost_max_share
         for s in snapshot.shapes:
@@ -150,7 +171,7 @@ class FragmentationMeasure:
             elif boost and s.gpu_count > 1:
                 w *= s.gpu_count
             shapes.append(
-                _Shape(
+                MeasuredShape(
                     s.gpu_count,
                     s.gpu_milli,
                     0 if faithful or s.gpu_memory_mib is None else s.gpu_memory_mib,
@@ -161,7 +182,7 @@ class FragmentationMeasure:
                 )
             )
         total = sum(s.weight for s in shapes) or 1.0
-        self._shapes = tuple(_Shape(s.count, s.milli, s.gpu_memory, s.cpu, s.memory, s.models, s.weight / total) for s in shapes)
+        self._shapes = tuple(MeasuredShape(s.count, s.milli, s.gpu_memory, s.cpu, s.memory, s.models, s.weight / total) for s in shapes)
         self._cpu_cuts = sorted({s.cpu for s in self._shapes})
         self._mem_cuts = sorted({s.memory for s in self._shapes})
         self._cpu_cut_array, self._mem_cut_array = np.array(self._cpu_cuts, dtype=np.int64), np.array(self._mem_cuts, dtype=np.int64)
@@ -174,6 +195,24 @@ class FragmentationMeasure:
         self._demand_of = {demand: i for i, demand in enumerate(self._demands)}
         self._compiled: dict[tuple[object, ...], tuple[tuple[_Row, ...], tuple[int, ...]]] = {}
         self._rows_bytes = ROWS_BYTES + ROW_BYTES * len(self._shapes)
+        self._arrays: ShapeArrays | None = None
+
+    @property
+    def shapes(self) -> tuple[MeasuredShape, ...]:
+        """The mix's shapes, in the order the expectation adds them."""
+        return self._shapes
+
+    @property
+    def demands(self) -> Sequence[tuple[int, int]]:
+        """The distinct (milli, GPU memory) per-GPU demands of the shapes, sorted."""
+        return self._demands
+
+    @property
+    def arrays(self) -> ShapeArrays:
+        """The shapes and demands as arrays (`frag_batch`)."""
+        if self._arrays is None:
+            self._arrays = ShapeArrays(self._shapes, self._demands)
+        return self._arrays
 
     @property
     def estimated_bytes(self) -> int:
@@ -192,7 +231,8 @@ class FragmentationMeasure:
 
     def bucket_many(self, free_cpu: np.ndarray, free_memory: np.ndarray) -> np.ndarray:
         """`bucket` of each (free CPU, free RAM) pair, as int64 (`searchsorted` on the right is
-        `bisect_right`)."""
+        `bisect_right`): the batch path's form, where `bucket` per node would be a Python call
+        per candidate."""
         return np.searchsorted(self._cpu_cut_array, free_cpu, side="right") * (len(self._mem_cuts) + 1) + np.searchsorted(
             self._mem_cut_array, free_memory, side="right"
         )
@@ -310,7 +350,9 @@ class FragmentationMeasure:
 
     def _sum(self, rows: tuple[_Row, ...], gpus: Sequence[GpuFree], idle: int, counts: list[_Counts | None]) -> float:
         """The expectation over the shapes, added in the shapes' order so the value is bit for bit
-        what FGD's shape-by-shape loop gives (a last-digit difference can move a pod)."""
+        what FGD's shape-by-shape loop gives (`reference.plain_measure`; a last-digit difference
+        can move a pod). The counts come from `_counts` or, for a vector one GPU away from
+        another, from that vector's counts (`_changed`), whichever the caller has."""
         if idle == 0:
             return 0.0
         frag = 0.0

@@ -18,19 +18,19 @@ from typing import Final, cast
 SLOT_BYTES: Final = 100
 """A table entry besides its value: the dict's slot (hash, key, value and index, a third to two
 thirds full: 40-80 bytes) and the int id (28-32 bytes)."""
-_CONTAINERS: Final = frozenset({tuple, frozenset, list})
+_CONTAINERS: Final = (tuple, frozenset, list)
 
 
 def approx_bytes(value: object) -> int:
     """An upper bound of the memory `value` holds: `sys.getsizeof` of it and of everything in
-    the tuples, frozensets and lists it is made of (a cache key's containers), each reference
+    the tuples (named ones included), frozensets and lists it is made of (a cache key's containers), each reference
     counted as if it were the only one."""
     total = 0
     stack = [value]
     while stack:
         item = stack.pop()
         total += sys.getsizeof(item)
-        if type(item) in _CONTAINERS:
+        if isinstance(item, _CONTAINERS):  # named tuples too (`model.PodShape`)
             stack.extend(cast(Iterable[object], item))
     return total
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final, NewType
+from typing import Final, NamedTuple, NewType
 
 from tessera.model.contract import CORE_PER_GPU, GPU_CORE, LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, AppClass, GpuPlacement
 
@@ -97,6 +97,17 @@ class ContainerRequest:
         return -(-self.gpu_milli // MILLI_PER_CORE)
 
 
+class PodShape(NamedTuple):
+    """Everything of a pod that can change a policy's score, so scores can be cached per node
+    and shape (pods that differ only in uid, name or namespace share one)."""
+
+    gpus: tuple[tuple[int, int, int | None], ...]  # (GPU count, milli, GPU memory MiB) per GPU container, in order
+    cpu_milli: int
+    memory_mib: int
+    gpu_models: frozenset[str] | None
+    app_class: AppClass | None
+
+
 @dataclass(frozen=True)
 class PodRequest:
     """A pod as the allocator sees it. Containers are allocated one by one, in order."""
@@ -109,15 +120,14 @@ class PodRequest:
     app_class: AppClass | None = None  # None behaves as online
     namespace: str = ""
     name: str = ""
-    shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    shape: PodShape = field(init=False, repr=False, compare=False)
     # derived once: the policies read them for every node they score
     gpu_milli_total: int = field(init=False, repr=False, compare=False)
     gpu_containers: tuple[ContainerRequest, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        gpu = tuple((c.gpu_count, c.gpu_milli, c.gpu_memory_mib) for c in self.containers if c.gpu_count)
-        # Everything that can change a policy's score, so scores can be cached per node and shape.
-        object.__setattr__(self, "shape", (gpu, self.cpu_milli, self.memory_mib, self.gpu_models, self.app_class))
+        gpus = tuple((c.gpu_count, c.gpu_milli, c.gpu_memory_mib) for c in self.containers if c.gpu_count)
+        object.__setattr__(self, "shape", PodShape(gpus, self.cpu_milli, self.memory_mib, self.gpu_models, self.app_class))
         object.__setattr__(self, "gpu_milli_total", sum(c.total_milli for c in self.containers))
         object.__setattr__(self, "gpu_containers", tuple(c for c in self.containers if c.gpu_count))
 

@@ -1,8 +1,11 @@
 """Placement policies: how a node is scored for a pod and which of its GPUs each container gets.
 
-Every policy implements `Policy.evaluate(node, pod)`, returning an `Evaluation` (a score, a
+Every policy implements `Policy`: `evaluate(node, pod)` returns an `Evaluation` (a score, a
 lexicographic key for exact ranking, and the GPU choice) or the `FitFailure` that rules the node
-out. Node-level policy comes from scheduler configuration; GPU-level binpack/spread is a pool
+out; `evaluate_many` does the same for many nodes; `node_changed`, `node_removed` and `use_mix`
+tell it about the inventory and the workload mix (no-ops for the policies that score each node
+on its own, `NodeLocalPolicy`). `tessera.alloc.reference` computes every policy's evaluation the
+plain way; the tests compare each fast path with it. Node-level policy comes from scheduler configuration; GPU-level binpack/spread is a pool
 setting (node label `tessera.dev/gpu-placement`) that, when present, decides the GPUs inside the
 chosen node. Without the label the node policy chooses: binpack packs, spread spreads, and the
 fragmentation policies take the GPU that strands the least capacity.
@@ -10,6 +13,7 @@ fragmentation policies take the GPU that strands the least capacity.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -17,6 +21,7 @@ from typing import Protocol
 
 from tessera.alloc.assign import Assignment, GpuRank, Slot, assign, gpu_binpack, gpu_spread, host_fit
 from tessera.alloc.model import MILLI_PER_GPU, ContainerRequest, FitFailure, NodeState, PodRequest
+from tessera.alloc.workload import MixSnapshot
 
 
 class PlacementPolicy(str, Enum):
@@ -58,6 +63,8 @@ class Evaluation:
 
 
 class Policy(Protocol):
+    """What `Cluster` and `EvaluationCache` call on a node policy."""
+
     name: PlacementPolicy
     cacheable: bool  # False: every evaluation must be recomputed (the random baseline)
     # True: evaluate() rules a node out exactly as host_fit then assign() do (same reason), so a
@@ -69,7 +76,33 @@ class Policy(Protocol):
         """Changes whenever scores of unchanged nodes may change (a new workload-mix snapshot)."""
         ...
 
+    @property
+    def snapshot(self) -> MixSnapshot | None:
+        """The workload mix the policy scores against; None for a policy that reads no mix."""
+        ...
+
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure: ...
+
+    def evaluate_many(self, nodes: Sequence[NodeState], pod: PodRequest) -> list[Evaluation | FitFailure]:
+        """`[self.evaluate(node, pod) for node in nodes]`, equal result for result (a policy may
+        share work between the nodes)."""
+        ...
+
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        """`evaluate` computed the plain, unoptimised way (`tessera.alloc.reference`): what every
+        fast path (memos, batches, `EvaluationCache`) must equal."""
+        ...
+
+    def node_changed(self, node: NodeState) -> None:
+        """The cluster added `node` or changed it (a new `version`); called for every node when
+        the policy is introduced to a cluster."""
+        ...
+
+    def node_removed(self, name: str) -> None: ...
+
+    def use_mix(self, snapshot: MixSnapshot) -> None:
+        """Score against this workload-mix snapshot from now on."""
+        ...
 
 
 def gpu_rank_for(node: NodeState, default: GpuRank) -> GpuRank:
@@ -107,13 +140,42 @@ def _fill_after(node: NodeState, pod: PodRequest, gpu_order: GpuRank) -> tuple[f
     return _used_after(slots) / cap, choice
 
 
-class BinpackPolicy:
+class NodeLocalPolicy(ABC):
+    """A policy that scores each node on its own, from the node and the pod alone: it reads no
+    mix and keeps nothing per node, so the inventory and mix notifications are no-ops."""
+
+    name: PlacementPolicy
+    cacheable = True
+    standard_fit = True
+    snapshot: MixSnapshot | None = None
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    @abstractmethod
+    def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure: ...
+
+    def evaluate_many(self, nodes: Sequence[NodeState], pod: PodRequest) -> list[Evaluation | FitFailure]:
+        return [self.evaluate(node, pod) for node in nodes]
+
+    def reference_evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
+        return self.evaluate(node, pod)  # plain already: the fast path is `EvaluationCache`
+
+    def node_changed(self, node: NodeState) -> None:
+        pass
+
+    def node_removed(self, name: str) -> None:
+        pass
+
+    def use_mix(self, snapshot: MixSnapshot) -> None:
+        pass
+
+
+class BinpackPolicy(NodeLocalPolicy):
     """Fill the fullest node first (least free GPU after placement); GPUs packed inside it."""
 
     name = PlacementPolicy.BINPACK
-    cacheable = True
-    standard_fit = True
-    epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = _fill_after(node, pod, gpu_binpack)
@@ -123,13 +185,10 @@ class BinpackPolicy:
         return Evaluation((fill,), choice)
 
 
-class SpreadPolicy:
+class SpreadPolicy(NodeLocalPolicy):
     """Emptiest node first; GPUs spread inside it."""
 
     name = PlacementPolicy.SPREAD
-    cacheable = True
-    standard_fit = True
-    epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = _fill_after(node, pod, gpu_spread)
@@ -139,13 +198,10 @@ class SpreadPolicy:
         return Evaluation((1.0 - fill,), choice)
 
 
-class BestFitPolicy:
+class BestFitPolicy(NodeLocalPolicy):
     """Paper baseline: the node with the least remaining (CPU, GPU) after placement, equal weights."""
 
     name = PlacementPolicy.BESTFIT
-    cacheable = True
-    standard_fit = True
-    epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = _fill_after(node, pod, gpu_binpack)
@@ -157,13 +213,10 @@ class BestFitPolicy:
         return Evaluation((-(gpu_left + cpu_left) / 2,), choice)
 
 
-class DotProductPolicy:
+class DotProductPolicy(NodeLocalPolicy):
     """Paper baseline: largest dot product of the pod's (CPU, GPU) request and the node's free share."""
 
     name = PlacementPolicy.DOTPROD
-    cacheable = True
-    standard_fit = True
-    epoch = 0
 
     def evaluate(self, node: NodeState, pod: PodRequest) -> Evaluation | FitFailure:
         result = _fill_after(node, pod, gpu_binpack)
@@ -178,12 +231,11 @@ class DotProductPolicy:
         return Evaluation((cpu_req * cpu_free + gpu_req * gpu_free,), choice)
 
 
-class RandomPolicy:
+class RandomPolicy(NodeLocalPolicy):
     """Paper baseline: a uniformly random feasible node (seeded), random feasible GPU."""
 
     name = PlacementPolicy.RANDOM
     cacheable = False
-    standard_fit = True
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)

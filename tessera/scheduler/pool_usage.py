@@ -33,8 +33,8 @@ class PoolUsageMeter:
     _snapshot: MixSnapshot | None = field(default=None, repr=False)
 
     def _measure_for(self, cluster: Cluster) -> FragmentationMeasure | None:
-        snapshot = getattr(cluster.policy(), "snapshot", None)
-        if not isinstance(snapshot, MixSnapshot):
+        snapshot = cluster.policy().snapshot
+        if snapshot is None:
             requests = [r for uid in cluster.allocated() if (r := cluster.pod(uid)) is not None and r.gpu_containers]
             snapshot = static_snapshot(requests) if requests else None
         if snapshot is None or not snapshot.shapes:

@@ -228,7 +228,7 @@ def _reference(measure: FragmentationMeasure, models: frozenset[str], free_cpu: 
     if idle == 0:
         return 0.0
     frag = 0.0
-    for s in measure._shapes:
+    for s in measure.shapes:
         if s.count == 0 or s.cpu > free_cpu or s.memory > free_memory or (s.models is not None and not (s.models & models)):
             frag += s.weight * idle
             continue

@@ -114,9 +114,7 @@ def test_a_batch_of_nodes_gets_what_each_node_gets_alone(seed: int, faithful: bo
         single = _fresh(batched, nodes)
         assert batched.evaluate_many(nodes, pod) == [single.evaluate(node, pod) for node in nodes]
         for node in nodes:  # the raw increases too, to the last bit (a band edge can turn on one)
-            vector, key = single._memo(node, pod, single._pod_key(pod))
-            batched_vector, batched_key = batched._memo(node, pod, batched._pod_key(pod))  # memo keys are ids per policy
-            assert batched_vector.memo.get(batched_key) == vector.memo.get(key)
+            assert batched.memoised(node, pod) == single.memoised(node, pod)
         # and again, now from the memos the batch filled
         assert batched.evaluate_many(nodes, pod) == [single.evaluate(node, pod) for node in nodes]
 
