@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from tessera.model.contract import DRA_DRIVER, LABEL_ALLOCATION
-from tessera.manifests.node import STATE_DIR, common_env, host_path, node_daemonset
-from tessera.manifests.objects import KubeObject, metadata, obj, policy_rule, resources, service_account, tmp_mount
+from tessera.manifests.node import STATE_DIR, common_env, host_path, node_daemonset, plugin_runtime
+from tessera.manifests.objects import KubeObject, metadata, obj, policy_rule, service_account, tmp_mount
 from tessera.manifests.pools import pools_mount
 from tessera.manifests.rbac import cluster_grant
 from tessera.manifests.settings import PlatformSettings
@@ -65,24 +65,7 @@ def _plugin_container(settings: PlatformSettings) -> dict[str, Any]:
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         ],
-        # Ready once its registration socket exists, i.e. kubelet can find it.
-        "readinessProbe": {
-            "exec": {"command": ["test", "-S", f"{PLUGINS_REGISTRY_DIR}/{DRA_DRIVER}-reg.sock"]},
-            "periodSeconds": 10,
-            "timeoutSeconds": 2,
-            "failureThreshold": 3,
-        },
-        "resources": resources("50m", "64Mi", "500m", "256Mi"),
-        "securityContext": {
-            # uid 0 only to own sockets and specs in root-owned kubelet and CDI directories
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": False,
-            "runAsUser": 0,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        **plugin_runtime(f"{PLUGINS_REGISTRY_DIR}/{DRA_DRIVER}-reg.sock"),
         "volumeMounts": [
             {"name": "plugins-registry", "mountPath": PLUGINS_REGISTRY_DIR},
             {"name": "plugin", "mountPath": PLUGIN_DIR},

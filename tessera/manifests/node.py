@@ -87,6 +87,28 @@ def common_env() -> list[dict[str, Any]]:
     return [field_env("NODE_NAME", "spec.nodeName"), *env(pools_env())]
 
 
+def plugin_runtime(socket: str) -> dict[str, Any]:
+    """Readiness, resources and security of a kubelet plugin container (device plugin or DRA plugin).
+
+    Ready once its socket exists, i.e. it is registered with kubelet. No liveness probe: a plugin
+    registers again within a second of a kubelet restart, and the device plugin's socket is gone on
+    purpose while gpu-operator pauses device plugins for a MIG change. uid 0 only to own its sockets
+    (and the DRA plugin's CDI specs) in root-owned host directories; no capability, no escalation."""
+    return {
+        "readinessProbe": {"exec": {"command": ["test", "-S", socket]}, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3},
+        "resources": resources("50m", "64Mi", "500m", "256Mi"),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
 def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
     return {
         "name": "device-plugin",
@@ -105,23 +127,7 @@ def _device_plugin_container(settings: PlatformSettings) -> dict[str, Any]:
         # Ready once its socket exists, i.e. it is registered with kubelet. No liveness probe: the
         # plugin re-registers itself within a second of a kubelet restart, and its socket is gone
         # on purpose while gpu-operator pauses device plugins for a MIG change.
-        "readinessProbe": {
-            "exec": {"command": ["test", "-S", f"{DEVICE_PLUGIN_DIR}/{PLUGIN_SOCKET}"]},
-            "periodSeconds": 10,
-            "timeoutSeconds": 2,
-            "failureThreshold": 3,
-        },
-        "resources": resources("50m", "64Mi", "500m", "256Mi"),
-        "securityContext": {
-            # uid 0 only to own files in the root-owned kubelet directory; no capability, no escalation
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": False,
-            "runAsUser": 0,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        **plugin_runtime(f"{DEVICE_PLUGIN_DIR}/{PLUGIN_SOCKET}"),
         "volumeMounts": [
             {"name": "device-plugins", "mountPath": DEVICE_PLUGIN_DIR},
             {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},

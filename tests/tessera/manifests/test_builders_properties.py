@@ -12,27 +12,19 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pool_policy_strategies import pool_policies
 
 from tessera.model.contract import POOLS_CONFIGMAP, POOLS_CONFIGMAP_KEY
 from tessera.manifests import extender, network, node, platform, scheduler
 from tessera.manifests.objects import KubeObject, object_id
 from tessera.manifests.settings import PlatformSettings, SchedulerSettings, SharedPool
-from tessera.model.pool_policy import PoolPolicy, policy_from_entry
+from tessera.model.pool_policy import policy_from_entry
 
 pool_names = st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True)
 shared_pool = st.builds(
     SharedPool,
     name=pool_names,
-    policy=st.builds(
-        PoolPolicy,
-        sharing=st.sampled_from(["best-effort", "fixed-share", "burst-share"]),
-        placement=st.sampled_from(["binpack", "spread"]),
-        online_offline=st.booleans(),
-        qgpu_aliases=st.booleans(),
-        memory_enforcement=st.sampled_from(["warn", "enforce"]),
-        offline_resume_idle_s=st.floats(min_value=0.1, max_value=3600, allow_nan=False),
-        shares_per_gpu=st.none() | st.integers(min_value=1, max_value=100),
-    ),
+    policy=pool_policies,
     shares_from_labels=st.booleans(),
 )
 platforms = st.builds(

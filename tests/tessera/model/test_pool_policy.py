@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from pool_policy_strategies import pool_policies
 from hypothesis import strategies as st
 
 from tessera.model.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, LABEL_MEMORY_ENFORCEMENT, LABEL_ONLINE_OFFLINE, LABEL_POOL, LABEL_SHARING_POLICY
@@ -56,16 +57,7 @@ def test_the_stack_configs_defaults_are_the_records() -> None:
     assert DEFAULT_POOL_POLICY.memory_enforcement == "enforce", "what docs/configuration.md documents"
 
 
-policies = st.builds(
-    PoolPolicy,
-    sharing=st.sampled_from(["best-effort", "fixed-share", "burst-share"]),
-    placement=st.sampled_from(["binpack", "spread"]),
-    online_offline=st.booleans(),
-    qgpu_aliases=st.booleans(),
-    memory_enforcement=st.sampled_from(["warn", "enforce"]),
-    offline_resume_idle_s=st.floats(min_value=0.001, max_value=3600),
-    shares_per_gpu=st.one_of(st.none(), st.integers(min_value=1, max_value=100)),
-)
+policies = pool_policies
 
 
 @given(policy=policies, stale=policies)
