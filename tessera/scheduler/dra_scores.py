@@ -215,7 +215,16 @@ class DraScorer:
         self.refreshes = 0
 
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        """Scores advise and never block (the entry is ignorable), so a failure of our own is
+        logged and answered with 0 everywhere rather than a 5xx."""
         names = args.candidate_names()
+        try:
+            return self._prioritize(args, names)
+        except Exception:  # advice only: a bug here must not fail the scheduling cycle
+            log.exception("dra scores: cannot score pod %s; every node scores 0", _mapping(args.pod.get("metadata")).get("name"))
+            return host_priorities(names, {})
+
+    def _prioritize(self, args: ExtenderArgs, names: list[str]) -> list[HostPriority]:
         request = self._pod_request(args.pod)
         if request is None or not request.gpu_containers:
             return host_priorities(names, {})

@@ -249,3 +249,15 @@ def test_the_second_entry_exists_only_with_a_dra_pool() -> None:
     main, dra = scheduler_configuration(_dra_settings())["extenders"]
     assert dra["urlPrefix"] == main["urlPrefix"] + "/dra"
     assert "managedResources" not in dra and "filterVerb" not in dra and "bindVerb" not in dra
+
+
+class _Broken(FakeKubeApi):
+    def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
+        raise RuntimeError("a bug of ours")
+
+
+def test_an_unexpected_error_scores_zero_instead_of_failing_the_cycle() -> None:
+    api = _Broken()
+    api.put_resource_claim(_claim("mine", 40, 8 * GIB))
+    scorer = DraScorer(api, PlacementPolicy.FRAGMENTATION_AWARE)
+    assert dict(scorer.prioritize(ExtenderArgs(_pod("p", "mine"), node_names=["n1", "n2"]))) == {"n1": 0, "n2": 0}
