@@ -128,9 +128,13 @@ class KubeApi(Protocol):
         """PUT; with `metadata.resourceVersion` in `body`, `Conflict` when it is stale."""
         ...
 
-    # --- Dynamic Resource Allocation (resource.k8s.io/v1), for the DRA kubelet plugin ---
+    # --- Dynamic Resource Allocation (resource.k8s.io/v1), for the DRA kubelet plugin and the extender's dra scores ---
     def get_resource_claim(self, namespace: str, name: str) -> KubeObject:
         """`NotFound` when there is none."""
+        ...
+
+    def list_resource_claims(self) -> list[KubeObject]:
+        """ResourceClaims of every namespace (the extender's dra scores count their allocations)."""
         ...
 
     def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:

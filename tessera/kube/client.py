@@ -304,6 +304,10 @@ class KubernetesClientApi:
         path = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
         return self._send(f"get resourceclaim {namespace}/{name}", "GET", path, {"namespace": namespace, "name": name}, None)
 
+    def list_resource_claims(self) -> list[KubeObject]:
+        data = self._send("list resourceclaims", "GET", "/apis/resource.k8s.io/v1/resourceclaims", {}, None)
+        return list(data.get("items") or [])
+
     def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
         selectors = [f"spec.nodeName={node_name}"] if node_name is not None else []
         selectors += [f"spec.driver={driver}"] if driver is not None else []

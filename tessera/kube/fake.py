@@ -456,6 +456,10 @@ class FakeKubeApi:
         with self._cond:
             self._claims.delete(namespace, name)
 
+    def list_resource_claims(self) -> list[KubeObject]:
+        with self._cond:
+            return [_copy(c) for c in self._claims.all()]
+
     def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
         with self._cond:
             return [_copy(s) for s in self._slices.select(node_name, driver)]

@@ -24,7 +24,7 @@ ResourceSlices (cluster-scoped):
   `requestPolicy`. `FakeKubeApi(dra_consumable_capacity=False)` is a 1.34 API server with default
   gates.
 
-ResourceClaims (namespaced): `get_resource_claim` answers 404 `resourceclaims.resource.k8s.io "NAME"
+ResourceClaims (namespaced): `list_resource_claims` lists every namespace's; `get_resource_claim` answers 404 `resourceclaims.resource.k8s.io "NAME"
 not found`; tests put claims in place with `put_resource_claim` (the scheduler's allocation in
 `status.allocation`, as kube-scheduler writes it).
 """
@@ -177,6 +177,9 @@ class ResourceClaimTable:
         if claim is None:
             raise not_found(RESOURCE_CLAIMS, name)
         return claim
+
+    def all(self) -> list[KubeObject]:
+        return list(self._claims.values())
 
     def delete(self, namespace: str, name: str) -> None:
         if self._claims.pop((namespace, name), None) is None:

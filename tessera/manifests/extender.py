@@ -119,6 +119,16 @@ def extender_rules() -> list[dict[str, Any]]:
     ]
 
 
+def dra_score_rules() -> list[dict[str, Any]]:
+    """Only with a dra pool: /dra/prioritize lists the GPU ResourceSlices and the ResourceClaims
+    (their allocations are the usage) and reads the claims of the pod it scores
+    (`tessera.scheduler.dra_scores`). Read-only; no watch (it polls with a TTL)."""
+    return [
+        policy_rule(["resource.k8s.io"], ["resourceslices"], ["list"]),
+        policy_rule(["resource.k8s.io"], ["resourceclaims"], ["get", "list"]),
+    ]
+
+
 def leader_election_rules() -> list[dict[str, Any]]:
     """Leader election's calls: GET, PUT and POST of the one Lease, in Tessera's namespace only
     (a Role, not a ClusterRole); no list, no watch."""
@@ -236,7 +246,7 @@ def build_extender_objects(settings: PlatformSettings) -> list[KubeObject]:
         return []
     return [
         service_account(NAME, COMPONENT, settings.namespace),
-        *cluster_grant(NAME, COMPONENT, extender_rules(), NAME, settings.namespace),
+        *cluster_grant(NAME, COMPONENT, extender_rules() + (dra_score_rules() if settings.dra_pools else []), NAME, settings.namespace),
         *namespaced_grant(LEADER_ELECTION_ROLE, COMPONENT, leader_election_rules(), NAME, settings.namespace),
         _deployment(settings),
         _service(settings),

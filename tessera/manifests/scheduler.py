@@ -19,6 +19,19 @@ GPU decisions to the Tessera extender:
   `len(preemptVerb) > 0`) and evicts the victims of its own choice, counted as a gpu-core sum
   over the node, which may free nothing on any single GPU.
 
+With a dra pool in the stack, a second entry points at the extender's `/dra/prioritize`
+(`tessera.scheduler.dra_scores`): prioritize only, at the same weight, for the pods on dra pools
+(they ask for no extended resource, so the first entry is not interested in them):
+
+- no `managedResources`: kube-scheduler then sends it every pod it schedules
+  (`pkg/scheduler/extender.go` `IsInterested`: "If no resources are managed, the extender is
+  interested in all pods"); a pod without a Tessera claim scores 0 on every node, which changes
+  no ranking;
+- no filter, bind or preempt: kube-scheduler's DynamicResources plugin decides fit and allocates
+  the devices, the default binder binds;
+- `ignorable: true`: scores are advice; an unreachable extender must not block dra pods
+  (`schedule_one.go` `prioritizeNodes` skips a prioritize error in any case).
+
 `docs/scheduler-extender.md` shows this configuration as `scheduler_doc` renders it from here.
 """
 from __future__ import annotations
@@ -79,6 +92,22 @@ def preempt_budget_seconds(settings: PlatformSettings) -> float:
     return round(settings.scheduler.http_timeout_seconds * PREEMPT_BUDGET_SHARE, 3)
 
 
+DRA_URL_SUFFIX: Final = "/dra"  # the extender serves <urlPrefix>/dra/prioritize
+
+
+def dra_extender(settings: PlatformSettings) -> dict[str, Any]:
+    """The second `extenders[]` entry, for pods on dra pools (module docstring)."""
+    return {
+        "urlPrefix": extender_url(settings.namespace) + DRA_URL_SUFFIX,
+        "prioritizeVerb": "prioritize",
+        "weight": settings.scheduler.weight,
+        "enableHTTPS": False,
+        "httpTimeout": go_duration(settings.scheduler.http_timeout_seconds),
+        "nodeCacheCapable": True,
+        "ignorable": True,
+    }
+
+
 def scheduler_configuration(settings: PlatformSettings) -> dict[str, Any]:
     """The KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) the second scheduler runs."""
     return {
@@ -114,7 +143,8 @@ def scheduler_configuration(settings: PlatformSettings) -> dict[str, Any]:
                     {"name": GPU_CORE, "ignoredByScheduler": False},
                     {"name": GPU_MEMORY, "ignoredByScheduler": False},
                 ],
-            }
+            },
+            *([dra_extender(settings)] if settings.dra_pools else []),
         ],
     }
 

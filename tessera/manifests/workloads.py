@@ -6,7 +6,7 @@ Pure functions of a validated stack. Per workload, in its own namespace:
   `nodeSelector: tessera.dev/pool=<pool>`, a toleration of each of the pool's taints (the
   `tessera.dev/gpu=<kind>` taint and the pool's extra ones, `tessera.model.labels_taints`), and on
   shared pools `schedulerName: tessera-scheduler`, which the webhook would set anyway (it then only
-  adds the allocation env). The GPU share is an extended resource in both requests and limits (they
+  adds the allocation env); on dra pools too, so that scheduler's `/dra/prioritize` entry ranks nodes. The GPU share is an extended resource in both requests and limits (they
   must be equal), named as the pool's device plugin advertises it (`tessera.model.capacity`).
   `spec.replicas` is left out when an HPA owns the count, so an apply never resets what it scaled to;
   The pod runs as its own ServiceAccount without an API token, non-root, all capabilities dropped,
@@ -196,9 +196,10 @@ def _pod_spec(w: Workload, config: StackConfig) -> dict[str, Any]:
         "volumes": _volumes(w),
     }
     if isinstance(pool, SharedPool) and pool.allocation == "dra":
-        # kube-scheduler's DRA allocator places claims; Tessera's scheduler serves the device-plugin route
+        # kube-scheduler's DRA allocator places the claim's devices; tessera-scheduler's second
+        # extender entry ranks the nodes with the pool's policy (/dra/prioritize)
         spec["resourceClaims"] = [{"name": CLAIM_REQUEST, "resourceClaimTemplateName": claim_template_name(w)}]
-    elif isinstance(pool, SharedPool):
+    if isinstance(pool, SharedPool):
         spec["schedulerName"] = SCHEDULER_NAME
     if w.app_class is not None:
         spec["priorityClassName"] = PRIORITY_OF_CLASS[w.app_class]

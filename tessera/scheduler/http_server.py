@@ -5,7 +5,8 @@ kube-scheduler POSTs JSON to `<urlPrefix>/<verb>` (kubernetes `pkg/scheduler/ext
 without reading the body: a failed filter leaves the pod unschedulable for this cycle (retried
 with back-off), a failed bind sends it back to the queue. So a malformed request gets a 4xx, which
 the operator sees in our log and metrics, and never a 200 with a guess. We route on the last path
-segment so any `urlPrefix` works.
+segment so any `urlPrefix` works; `<prefix>/dra/prioritize` (the second extender entry of a stack
+with dra pools, `tessera.scheduler.dra_scores`) is the one path where the segment before counts.
 
 Error replies use the shape of `tessera.httpd.jsonbody` (`{"error": ..., "path": ...}`). The server
 is `tessera.httpd.HardenedHTTPServer` (why: docs/scheduler-extender.md, "HTTP server").
@@ -96,8 +97,19 @@ class ExtenderCore(Protocol):
     def refresh_metrics(self, metrics: ExtenderMetrics) -> None: ...
 
 
+class DraPrioritizer(Protocol):
+    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]: ...
+
+
+DRA_PRIORITIZE: Final = "dra/prioritize"
+
+
 def _last_segment(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
+    """The endpoint a path names: its last segment, or `dra/prioritize`."""
+    parts = path.rstrip("/").rsplit("/", 2)
+    if parts[-2:] == ["dra", "prioritize"]:
+        return DRA_PRIORITIZE
+    return parts[-1]
 
 
 # The verbs kube-scheduler may be configured to call (filterVerb, prioritizeVerb, bindVerb,
@@ -109,10 +121,17 @@ class ExtenderHttpServer:
     """A running extender endpoint; `port` is the bound port (useful with port 0 in tests)."""
 
     def __init__(
-        self, core: ExtenderCore, settings: ServerSettings, metrics: ExtenderMetrics | None = None, *, router: VerbRouter | None = None
+        self,
+        core: ExtenderCore,
+        settings: ServerSettings,
+        metrics: ExtenderMetrics | None = None,
+        *,
+        router: VerbRouter | None = None,
+        dra: DraPrioritizer | None = None,
     ) -> None:
         """`router`: decides per request whether this replica answers a verb or passes it to the
-        leader (`tessera.scheduler.routing`); None: this process answers everything."""
+        leader (`tessera.scheduler.routing`); None: this process answers everything. `dra`: serves
+        `/dra/prioritize` (every replica answers it: it reads the API, not the leader's cache)."""
         self.metrics = metrics or ExtenderMetrics()
         self._core = core
         self._noted: set[tuple[str, str]] = set()
@@ -133,6 +152,11 @@ class ExtenderHttpServer:
             "metrics": {"GET": self._metrics},
             **{name: {"GET": self._health} for name in _HEALTH},
         }
+        if dra is not None:
+            prioritize = dra.prioritize
+            self._endpoints[DRA_PRIORITIZE] = {
+                "POST": self._verb(DRA_PRIORITIZE, ExtenderArgs.from_json, ExtenderArgs.FIELDS, lambda a: host_priorities_json(prioritize(a)))
+            }
         self._server = HardenedHTTPServer(
             (settings.host, settings.port), Routes(self._lookup, self._observe), settings.limits(), name="extender"
         )
@@ -147,7 +171,7 @@ class ExtenderHttpServer:
         verb = _last_segment(path)
         label = verb if verb in self._endpoints else "unknown"  # bounded label values
         self.metrics.requests.labels(label, str(status)).inc()
-        if label in VERBS:
+        if label in VERBS or label == DRA_PRIORITIZE:
             self.metrics.latency.labels(label).observe(seconds)
 
     def _verb(

@@ -11,6 +11,7 @@ from tessera.alloc import DEFAULT_POLICY, Cluster, PlacementPolicy
 from tessera.kube.api import KubeApi
 from tessera.scheduler.binder import Binder, BindSettings
 from tessera.scheduler.core import Extender, PodSink
+from tessera.scheduler.dra_scores import DraScorer, DraScoreSettings
 from tessera.scheduler.http_server import ExtenderHttpServer, ServerSettings
 from tessera.scheduler.leader import Leader, LeaderElectionSettings, LeaderElector
 from tessera.scheduler.metrics import ExtenderMetrics
@@ -33,6 +34,7 @@ class ExtenderConfig:
         every request to the leader while it does not (`routing`).
     handover_s: default 5 s: on a planned stop, how long the leader lets running requests finish
         before it releases the Lease, and then waits for a successor to forward to.
+    dra: how `/dra/prioritize` refreshes its view of ResourceSlices and claims (`dra_scores`).
     """
 
     policy: PlacementPolicy = DEFAULT_POLICY
@@ -45,6 +47,7 @@ class ExtenderConfig:
     leader_election: LeaderElectionSettings | None = None
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     handover_s: float = 5.0
+    dra: DraScoreSettings = field(default_factory=DraScoreSettings)
 
 
 def _always() -> bool:
@@ -73,7 +76,8 @@ class ExtenderService:
         self.router = (
             LeaderRouter(election.identity, self._serving, self._wait_for_leader, self.metrics, config.routing) if election is not None else None
         )
-        self.server = ExtenderHttpServer(self.extender, config.server, self.metrics, router=self.router)
+        self.dra = DraScorer(api, config.policy, config.dra, clock=time.monotonic)
+        self.server = ExtenderHttpServer(self.extender, config.server, self.metrics, router=self.router, dra=self.dra)
         if election is not None:
             # built once the server is bound: the URL it advertises carries the real port
             self.elector = LeaderElector(

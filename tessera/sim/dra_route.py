@@ -5,7 +5,7 @@
 extender would score from ResourceSlices and claims), and the devices inside it are what
 kube-scheduler's allocator picks there, first fit in slice order. The policy scores the node for
 its own GPU choice; the allocation may differ, and the bookkeeping follows the allocation. In a
-real cluster the extender does not score dra pools yet: this route models the design.
+real cluster the extender's `/dra/prioritize` scores nodes this way (`tessera.scheduler.dra_scores`).
 
 `Route.DRA_DEFAULT`, the plain kube-scheduler (no extender), as modelled here:
 

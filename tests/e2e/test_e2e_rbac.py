@@ -43,6 +43,7 @@ REQUESTS: dict[str, tuple[str, str, str]] = {
     "create_lease": ("coordination.k8s.io", "leases", "create"),
     # the DRA kubelet plugin (tessera node dra-plugin)
     "get_resource_claim": ("resource.k8s.io", "resourceclaims", "get"),
+    "list_resource_claims": ("resource.k8s.io", "resourceclaims", "list"),
     "list_resource_slices": ("resource.k8s.io", "resourceslices", "list"),
     "create_resource_slice": ("resource.k8s.io", "resourceslices", "create"),
     "replace_resource_slice": ("resource.k8s.io", "resourceslices", "update"),

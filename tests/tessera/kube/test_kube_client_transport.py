@@ -201,6 +201,7 @@ def answer_list(conn: socket.socket, body: bytes) -> None:
         (lambda api: api.get_resource_claim("ns", "c"), b"GET /apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c HTTP/1.1"),
         (lambda api: api.list_resource_slices(node_name="n1", driver="gpu.tessera.dev"), b"GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dn1%2Cspec.driver%3Dgpu.tessera.dev HTTP/1.1"),
         (lambda api: api.list_resource_slices(), b"GET /apis/resource.k8s.io/v1/resourceslices HTTP/1.1"),
+        (lambda api: api.list_resource_claims(), b"GET /apis/resource.k8s.io/v1/resourceclaims HTTP/1.1"),
         (lambda api: api.create_resource_slice({"metadata": {"generateName": "n1-"}}), b"POST /apis/resource.k8s.io/v1/resourceslices HTTP/1.1"),
         (lambda api: api.replace_resource_slice("s", {"metadata": {"name": "s"}}), b"PUT /apis/resource.k8s.io/v1/resourceslices/s HTTP/1.1"),
         (lambda api: api.delete_resource_slice("s"), b"DELETE /apis/resource.k8s.io/v1/resourceslices/s HTTP/1.1"),

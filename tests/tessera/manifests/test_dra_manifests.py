@@ -108,7 +108,7 @@ def test_a_workload_on_a_dra_pool_asks_through_a_claim_template(tmp_path: Path) 
     objects = _objects(load_stack_file(EXAMPLE))
     pod = _find(objects, "Deployment", "embedder")["spec"]["template"]["spec"]
     assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "embedder-gpu"}]
-    assert "schedulerName" not in pod, "kube-scheduler's DRA allocator places it"
+    assert pod["schedulerName"] == SCHEDULER_NAME, "tessera-scheduler: its /dra/prioritize entry ranks the nodes, DRA allocates the devices"
     (container,) = pod["containers"]
     assert container["resources"]["claims"] == [{"name": "gpu"}]
     assert GPU_CORE not in container["resources"]["limits"]
@@ -143,3 +143,24 @@ def test_the_rendered_files_carry_the_dra_objects(tmp_path: Path) -> None:
     kinds = {d["kind"] for f in out.glob("*.yaml") for d in yaml.safe_load_all(f.read_text()) if d}
     assert {"DeviceClass", "ResourceClaimTemplate", "ValidatingAdmissionPolicy"} <= kinds
     assert "tessera.dev/allocation=dra" in (out / "nodes" / "label-nodes.sh").read_text()
+
+
+def _extender_rules(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    role = _find(objects, "ClusterRole", "tessera-extender")
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_tessera_scheduler_scores_dra_pods_through_a_second_extender_entry() -> None:
+    objects = _objects(load_stack_file(EXAMPLE))
+    config = yaml.safe_load(_find(objects, "ConfigMap", f"{SCHEDULER_NAME}-config")["data"]["config.yaml"])
+    main, dra = config["extenders"]
+    assert dra == {
+        "urlPrefix": main["urlPrefix"] + "/dra", "prioritizeVerb": "prioritize", "weight": main["weight"], "enableHTTPS": False,
+        "httpTimeout": main["httpTimeout"], "nodeCacheCapable": True, "ignorable": True,
+    }
+    dra_reads = {("resource.k8s.io", "resourceslices", "list"), ("resource.k8s.io", "resourceclaims", "get"), ("resource.k8s.io", "resourceclaims", "list")}
+    assert dra_reads <= _extender_rules(objects)
+    plain = _objects(load_stack_file(ROOT / "examples" / "triton" / "Pulumi.triton.yaml"))
+    config = yaml.safe_load(_find(plain, "ConfigMap", f"{SCHEDULER_NAME}-config")["data"]["config.yaml"])
+    assert len(config["extenders"]) == 1, "no dra pool: no second entry"
+    assert not {r for r in _extender_rules(plain) if r[0] == "resource.k8s.io"}, "no dra pool: no DRA reads"

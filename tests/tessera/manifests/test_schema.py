@@ -78,7 +78,10 @@ def test_kube_scheduler_configuration_wires_the_extender(stack: BuiltStack) -> N
     cfg = _scheduler_config(stack)
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in cfg["profiles"]] == [SCHEDULER_NAME]
-    (ext,) = cfg["extenders"]
+    ext, *dra = cfg["extenders"]
+    # a second entry, prioritize only, for pods on dra pools (/dra/prioritize)
+    assert len(dra) == (1 if any(p.allocation == "dra" for p in stack.config.pools_of_kind("shared")) else 0)
+    assert all(set(e) <= EXTENDER_FIELDS and e["urlPrefix"] == ext["urlPrefix"] + "/dra" and "managedResources" not in e for e in dra)
     assert set(ext) <= EXTENDER_FIELDS
     # without preemptVerb kube-scheduler never calls /preempt and evicts by a node-wide gpu-core sum
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"]) == ("filter", "prioritize", "bind", "preempt")

@@ -16,6 +16,11 @@ for Kubernetes 1.30 (our stacks' version) and the newest release (1.36):
   no managedResources = every pod, else a managed resource in the requests or limits of a
   container or init container; with nodeCacheCapable the bodies carry `NodeNames` and
   `NodeNameToMetaVictims`, else a `NodeList` and `NodeNameToVictims`; the unset one is `null`.
+- several extenders (`extenders[]` in order; the first is `extender`, the others `others`):
+  `findNodesThatPassExtenders` asks each interested one with a filterVerb in turn, on the nodes
+  the previous ones left, and skips an ignorable one that fails; `prioritizeNodes` asks each
+  interested one with a prioritizeVerb and sums score × its weight × 10 over them
+  (`pkg/scheduler/schedule_one.go`, `pkg/scheduler/extender.go` `IsIgnorable`/`IsInterested`).
 - `pkg/scheduler/schedule_one.go`: filter plugins first, the extender only on the nodes that
   passed (`findNodesThatPassExtenders`: FailedAndUnresolvableNodes become
   UnschedulableAndUnresolvable, FailedNodes Unschedulable; a NodeNames entry that was not asked
@@ -266,13 +271,16 @@ class KubeSchedulerEmulator:
         filters: Sequence[NodeFilter] | None = None,
         delete_pod: Callable[[KubeObject], None] | None = None,
         seed: int = 0,
+        others: Sequence[ExtenderEntry] = (),
     ) -> None:
         """`filters`: kube-scheduler's own filter plugins (default NodeAffinity's nodeSelector and
         NodeResourcesFit); `delete_pod`:
-        what deleting a preemption victim does (default: the API delete)."""
+        what deleting a preemption victim does (default: the API delete); `others`: the
+        `extenders[]` entries after `extender`, served by the same `client`'s host."""
         self.client = client
         self.api = api
         self.extender = extender
+        self.extenders = [extender, *others]
         self.filters = list(filters) if filters is not None else [node_selector_fit(), node_resources_fit(extender.ignored_by_scheduler)]
         self.delete_pod = delete_pod or (lambda pod: api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"]))
         self.calls: list[str] = []  # verbs POSTed, in order
@@ -281,25 +289,30 @@ class KubeSchedulerEmulator:
         self._rng = random.Random(seed)
 
     # --- the HTTPExtender ------------------------------------------------------------------------
-    def send(self, verb: str, payload: Any) -> Any:
-        self.calls.append(verb)
-        path = self.extender.url_path(verb)
+    def send(self, verb: str, payload: Any, ext: ExtenderEntry | None = None) -> Any:
+        ext = ext or self.extender
+        path = ext.url_path(verb)
+        self.calls.append(verb if ext is self.extender else path)
         status, body = self.client.post(path, payload)
         if status != 200:
-            raise ExtenderError(f"failed {verb} with extender at URL {self.extender.url_prefix.rstrip('/')}/{verb}, code {status}")
+            raise ExtenderError(f"failed {verb} with extender at URL {ext.url_prefix.rstrip('/')}/{verb}, code {status}")
         return body
 
-    def _args(self, pod: KubeObject, nodes: Sequence[KubeObject]) -> dict[str, Any]:
-        if self.extender.node_cache_capable:
+    def _args(self, pod: KubeObject, nodes: Sequence[KubeObject], ext: ExtenderEntry | None = None) -> dict[str, Any]:
+        if (ext or self.extender).node_cache_capable:
             return {"Pod": pod, "Nodes": None, "NodeNames": [n["metadata"]["name"] for n in nodes]}
         return {"Pod": pod, "Nodes": {"metadata": {}, "items": list(nodes)}, "NodeNames": None}
 
     def _extender_filter(self, pod: KubeObject, nodes: list[KubeObject], statuses: dict[str, Status]) -> list[KubeObject]:
-        ext = self.extender
+        for ext in self.extenders:
+            nodes = self._one_filter(ext, pod, nodes, statuses)
+        return nodes
+
+    def _one_filter(self, ext: ExtenderEntry, pod: KubeObject, nodes: list[KubeObject], statuses: dict[str, Status]) -> list[KubeObject]:
         if not nodes or not ext.is_interested(pod) or not ext.filter_verb:
             return nodes
         try:
-            result = self.send(ext.filter_verb, self._args(pod, nodes))
+            result = self.send(ext.filter_verb, self._args(pod, nodes, ext), ext)
             if result.get("Error"):
                 raise ExtenderError(str(result["Error"]))
         except ExtenderError:
@@ -404,15 +417,17 @@ class KubeSchedulerEmulator:
         return pod, attempt, chosen
 
     def _select_host(self, pod: KubeObject, feasible: list[KubeObject], attempt: Attempt) -> str:
-        ext = self.extender
         totals = {n["metadata"]["name"]: 0 for n in feasible}
-        if ext.prioritize_verb and ext.is_interested(pod):
+        for ext in self.extenders:
+            if not ext.prioritize_verb or not ext.is_interested(pod):
+                continue
             try:
-                priorities = self.send(ext.prioritize_verb, self._args(pod, feasible))
+                priorities = self.send(ext.prioritize_verb, self._args(pod, feasible, ext), ext)
             except ExtenderError:
                 priorities = []  # "Prioritization errors from extender can be ignored"
-            attempt.scores = {p["Host"]: int(p["Score"]) for p in priorities or []}
-            for host, score in attempt.scores.items():
+            scores = {p["Host"]: int(p["Score"]) for p in priorities or []}
+            attempt.scores.update(scores)
+            for host, score in scores.items():
                 if host in totals:
                     totals[host] += score * ext.weight * SCORE_SCALE
         best = max(totals.values())
