@@ -163,13 +163,13 @@ class NodeLocalPolicy(ABC):
         return self.evaluate(node, pod)  # plain already: the fast path is `EvaluationCache`
 
     def node_changed(self, node: NodeState) -> None:
-        pass
+        """Nothing to update: a node-local policy scores each node from the node alone."""
 
     def node_removed(self, name: str) -> None:
-        pass
+        """Nothing to forget: a node-local policy keeps no per-node state."""
 
     def use_mix(self, snapshot: MixSnapshot) -> None:
-        pass
+        """Ignored: a node-local policy does not weigh the workload mix."""
 
 
 class BinpackPolicy(NodeLocalPolicy):

@@ -77,7 +77,7 @@ class Device:
     model: str
     capacity: Mapping[str, Capacity]
     multiple: bool  # allowMultipleAllocations
-    consumed: dict[str, int] = field(default_factory=dict)  # by claims allocated before this run
+    consumed: dict[str, int] = field(default_factory=dict)  # capacity name -> amount held by claims already allocated
     in_use: bool = False  # allocated at all (what matters for devices without `multiple`)
 
 
