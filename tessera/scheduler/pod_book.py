@@ -90,7 +90,8 @@ class PodBook:
         fresh = entry is not None and read_at is not None and read_at > entry.written_at
         if entry is not None:
             if entry.holding is Holding.IN_FLIGHT:
-                return  # the bind in flight owns this pod until it finishes
+                entry.held_back.append((pod, read_at))  # the bind owns the pod until it lets go
+                return
             if entry.holding is Holding.UNCONFIRMED:
                 if text == entry.record:
                     entry.precondition = entry.awaiting = None  # the write landed: this version holds it
@@ -125,6 +126,16 @@ class PodBook:
             self.release(uid)
             return
         self.restore(pod, uid, allocation, text, Holding.BOUND if bound_to else Holding.ASSUMED)
+
+    def let_go(self, uid: PodUid) -> None:
+        """The bind that owned the pod has set its holding: apply, in order, the versions held
+        back meanwhile; those before our own write are skipped by rule 3 as usual."""
+        entry = self.entries.get(uid)
+        if entry is None or entry.holding is Holding.IN_FLIGHT:
+            return
+        held, entry.held_back = entry.held_back, []
+        for pod, read_at in held:
+            self.apply_pod(pod, read_at)
 
     def restore(self, pod: KubeObject, uid: PodUid, allocation: Allocation, text: str, holding: Holding) -> None:
         entry = self.entries.get(uid)

@@ -8,7 +8,7 @@ never because a call failed (docs/scheduler-extender.md, "Failure model").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Final
@@ -57,6 +57,10 @@ class PodEntry:
     # UNCONFIRMED: the resourceVersion the unanswered write was conditioned on; once the pod is
     # seen at another version (by a read that began after the write), the write can never land
     precondition: str | None = None
+    # IN_FLIGHT: pod versions delivered meanwhile (with the read's start, None from the watch),
+    # applied in order once the bind lets go; the watch may pass our write before the bind ends.
+    # Bounded by the bind's own API timeouts.
+    held_back: list[tuple[KubeObject, float | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,7 @@ class SchedulerState:
             entry = self.book.entries.get(uid)
             if entry is not None:
                 entry.holding, entry.precondition, entry.written_at, entry.awaiting = Holding.UNCONFIRMED, precondition, self.monotonic(), None
+                self.book.let_go(uid)
 
     def stripped(self, uid: PodUid, record: str, rv: str | None) -> None:
         """We removed `record` from the pod: its capacity goes back."""
@@ -302,6 +303,7 @@ class SchedulerState:
                 return
             if bound:
                 entry.holding = Holding.BOUND
+                self.book.let_go(uid)
             else:
                 self.book.release(uid)
 
@@ -312,6 +314,7 @@ class SchedulerState:
             entry = self.book.entries.get(uid)
             if entry is not None and entry.holding is not Holding.UNCONFIRMED:
                 entry.holding = Holding.ASSUMED
+                self.book.let_go(uid)
 
     def to_settle(self) -> list[Settle]:
         """Reservations the leader settles against the API server: assumed ones past the TTL and
