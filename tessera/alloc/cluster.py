@@ -312,6 +312,12 @@ class Cluster:
         already holding exactly this placement (kube-scheduler retries a bind)."""
         self._reserve(pod, placement, share_cap=True)
 
+    def hold(self, pod: PodRequest, placement: Placement) -> None:
+        """Count a placement the API server already records (another scheduler's allocation),
+        past capacity if need be, so that what is counted does not depend on the order records
+        arrive in; only one naming GPUs the node lacks is refused (`ReserveConflict`)."""
+        self._reserve(pod, placement, share_cap=False, force=True)
+
     def _reserve(self, pod: PodRequest, placement: Placement, *, share_cap: bool, force: bool = False) -> None:
         """`share_cap=False` for pods that already run (inventory replaced, restore after a
         restart): a lowered max-shares-per-gpu blocks new shares but never evicts. `force`: count

@@ -180,25 +180,26 @@ class KubernetesClientApi:
         self, what: str, method: str, path: str, path_params: dict[str, str], body: KubeObject | None, *, query: list[tuple[str, str]] | None = None
     ) -> KubeObject:
         """A request with `body` as it is (no model round trip); same outcomes as `_call`."""
+        return self._read(what, self._request(what, method, path, path_params, body, query or [], self._settings.request_timeout_s))
+
+    def _request(
+        self, what: str, method: str, path: str, path_params: dict[str, str], body: KubeObject | None, query: list[tuple[str, str]], timeout: Any
+    ) -> Any:
+        """The undecoded urllib3 response of a 2xx answer to a request by path."""
         from kubernetes.client.exceptions import ApiException
 
         request = self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            path_params=path_params,
-            query_params=query or [],
-            header_params={"Accept": _JSON, "Content-Type": _JSON},
-            body=body,
-            auth_settings=["BearerToken"],
+            method=method, resource_path=path, path_params=path_params, query_params=query,
+            header_params={"Accept": _JSON, "Content-Type": _JSON}, body=body, auth_settings=["BearerToken"],
         )
         try:
-            answer = self._client.call_api(*request, _request_timeout=self._settings.request_timeout_s)
+            answer = self._client.call_api(*request, _request_timeout=timeout)
         except ApiException as exc:
             raise TransportError(f"{what}: no answer from the API server: {exc.reason}") from exc
         except _TRANSPORT as exc:
             raise _no_answer(what, exc) from exc
         if 200 <= answer.status <= 299:
-            return self._read(what, answer.response)
+            return answer.response
         try:
             data = answer.response.data
         except _TRANSPORT as exc:
@@ -305,15 +306,19 @@ class KubernetesClientApi:
         return self._send(f"get resourceclaim {namespace}/{name}", "GET", path, {"namespace": namespace, "name": name}, None)
 
     def list_resource_claims(self) -> list[KubeObject]:
-        data = self._send("list resourceclaims", "GET", "/apis/resource.k8s.io/v1/resourceclaims", {}, None)
-        return list(data.get("items") or [])
+        return self.list_resource_claims_and_version()[0]
+
+    def list_resource_claims_and_version(self) -> tuple[list[KubeObject], str]:
+        data = self._send("list resourceclaims", "GET", _CLAIMS, {}, None)
+        return _items_and_version(data)
 
     def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
-        selectors = [f"spec.nodeName={node_name}"] if node_name is not None else []
-        selectors += [f"spec.driver={driver}"] if driver is not None else []
-        query = [("fieldSelector", ",".join(selectors))] if selectors else []
-        data = self._send("list resourceslices", "GET", "/apis/resource.k8s.io/v1/resourceslices", {}, None, query=query)
+        data = self._send("list resourceslices", "GET", _SLICES, {}, None, query=_slice_selector(node_name, driver))
         return list(data.get("items") or [])
+
+    def list_resource_slices_and_version(self, *, driver: str | None = None) -> tuple[list[KubeObject], str]:
+        data = self._send("list resourceslices", "GET", _SLICES, {}, None, query=_slice_selector(None, driver))
+        return _items_and_version(data)
 
     def create_resource_slice(self, body: KubeObject) -> KubeObject:
         meta = body.get("metadata") or {}
@@ -331,6 +336,28 @@ class KubernetesClientApi:
 
     def watch_nodes(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:
         return self._watch("watch nodes", self._core.list_node, resource_version, stop_after_s)
+
+    def watch_resource_claims(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:
+        return self._watch_path("watch resourceclaims", _CLAIMS, [], resource_version, stop_after_s)
+
+    def watch_resource_slices(
+        self, *, driver: str | None = None, resource_version: str | None = None, stop_after_s: float | None = None
+    ) -> Iterator[WatchEvent]:
+        return self._watch_path("watch resourceslices", _SLICES, _slice_selector(None, driver), resource_version, stop_after_s)
+
+    def _watch_path(
+        self, what: str, path: str, query: list[tuple[str, str]], resource_version: str | None, stop_after_s: float | None
+    ) -> Iterator[WatchEvent]:
+        """A watch of a path the package has no generated models for, read as `_watch` reads its own."""
+        query = [*query, ("watch", "true")]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        timeout: Any = self._settings.request_timeout_s
+        if stop_after_s is not None:
+            seconds = max(1, int(stop_after_s))
+            query.append(("timeoutSeconds", str(seconds)))
+            timeout = (self._settings.request_timeout_s, seconds + self._settings.request_timeout_s)  # as `_watch`
+        return self._events(what, self._request(what, "GET", path, {}, None, query, timeout))
 
     def _watch(self, what: str, list_fn: Callable[..., Any], resource_version: str | None, stop_after_s: float | None) -> Iterator[WatchEvent]:
         """The events of one watch request, read as JSON lines off the raw stream: the package's
@@ -370,6 +397,20 @@ class KubernetesClientApi:
             if not ended:  # a half-read stream must not go back to the pool
                 response.close()
             response.release_conn()
+
+
+_CLAIMS: Final = "/apis/resource.k8s.io/v1/resourceclaims"
+_SLICES: Final = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def _slice_selector(node_name: str | None, driver: str | None) -> list[tuple[str, str]]:
+    selectors = [f"spec.nodeName={node_name}"] if node_name is not None else []
+    selectors += [f"spec.driver={driver}"] if driver is not None else []
+    return [("fieldSelector", ",".join(selectors))] if selectors else []
+
+
+def _items_and_version(data: KubeObject) -> tuple[list[KubeObject], str]:
+    return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _watch_event(what: str, line: bytes) -> WatchEvent | None:

@@ -32,9 +32,7 @@ are pickle round trips (3x faster than `copy.deepcopy` for JSON-shaped objects, 
 """
 from __future__ import annotations
 
-import pickle
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -43,6 +41,8 @@ from typing import Any
 from tessera.kube.api import Conflict, KubeObject, WatchEvent, WatchEventType
 from tessera.kube.fake_configmaps import ConfigMapTable
 from tessera.kube.fake_dra import ResourceClaimTable, ResourceSliceTable
+from tessera.kube.fake_dra_api import FakeDraApi
+from tessera.kube.fake_objects import deep_copy, now_rfc3339
 from tessera.kube.fake_leases import LeaseTable
 from tessera.kube.fake_status import (
     NODES,
@@ -60,16 +60,8 @@ from tessera.kube.fake_status import (
 from tessera.kube.fake_watch import Kind, WatchLog
 
 _DEFAULT_HISTORY = 10_000  # events kept per kind for watch resumption
-_PICKLE = pickle.HIGHEST_PROTOCOL
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _copy(obj: Any) -> Any:
-    """A deep copy of a JSON-shaped object (dicts, lists, strings, numbers)."""
-    return pickle.loads(pickle.dumps(obj, _PICKLE))
+_now = now_rfc3339
+_copy = deep_copy
 
 
 @dataclass
@@ -110,7 +102,7 @@ def _merge_map(target: dict[str, Any], patch: Mapping[str, str | None]) -> None:
             target[key] = value
 
 
-class FakeKubeApi:
+class FakeKubeApi(FakeDraApi):
     """In-memory API server; see the module docstring for the semantics it keeps."""
 
     def __init__(self, *, history: int = _DEFAULT_HISTORY, dra_consumable_capacity: bool = True) -> None:
@@ -177,7 +169,7 @@ class FakeKubeApi:
             required = FieldError("metadata.name", "Required value", "name or generateName is required", cause_type="FieldValueRequired")
             raise invalid(kind, "", "", [required])
         meta.setdefault("uid", str(uuid.uuid4()))
-        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        meta.setdefault("creationTimestamp", now_rfc3339())
         return meta
 
     # --- test / simulation helpers (not part of KubeApi) ----------------------------------------
@@ -439,50 +431,6 @@ class FakeKubeApi:
         with self._cond:
             lease, created = self._leases.replace(namespace, name, _copy(body))
             return _copy(lease), created
-
-    # --- resource.k8s.io/v1 -------------------------------------------------------------------
-    def get_resource_claim(self, namespace: str, name: str) -> KubeObject:
-        with self._cond:
-            return _copy(self._claims.get(namespace, name))
-
-    def put_resource_claim(self, body: KubeObject) -> KubeObject:
-        """Test helper (not part of KubeApi): store a ResourceClaim as given, status included,
-        as if created and then allocated and reserved by kube-scheduler."""
-        with self._cond:
-            return _copy(self._claims.put(_copy(body), str(uuid.uuid4()), _now()))
-
-    def delete_resource_claim(self, namespace: str, name: str) -> None:
-        """Test helper (not part of KubeApi)."""
-        with self._cond:
-            self._claims.delete(namespace, name)
-
-    def list_resource_claims(self) -> list[KubeObject]:
-        with self._cond:
-            return [_copy(c) for c in self._claims.all()]
-
-    def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
-        with self._cond:
-            return [_copy(s) for s in self._slices.select(node_name, driver)]
-
-    def create_resource_slice(self, body: KubeObject) -> KubeObject:
-        with self._cond:
-            try:
-                return _copy(self._slices.create(_copy(body), str(uuid.uuid4()), _now()))
-            except Conflict:
-                self.conflicts += 1
-                raise
-
-    def replace_resource_slice(self, name: str, body: KubeObject) -> KubeObject:
-        with self._cond:
-            try:
-                return _copy(self._slices.replace(name, _copy(body)))
-            except Conflict:
-                self.conflicts += 1
-                raise
-
-    def delete_resource_slice(self, name: str) -> None:
-        with self._cond:
-            self._slices.delete(name)
 
     # --- watches --------------------------------------------------------------------------------
     def watch_pods(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:

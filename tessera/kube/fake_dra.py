@@ -24,6 +24,9 @@ ResourceSlices (cluster-scoped):
   `requestPolicy`. `FakeKubeApi(dra_consumable_capacity=False)` is a 1.34 API server with default
   gates.
 
+Both kinds are watched as pods and nodes are (`fake_watch`): ADDED, MODIFIED, DELETED with the
+object's new resourceVersion; a slice watch takes the `spec.driver` field selector.
+
 ResourceClaims (namespaced): `list_resource_claims` lists every namespace's; `get_resource_claim` answers 404 `resourceclaims.resource.k8s.io "NAME"
 not found`; tests put claims in place with `put_resource_claim` (the scheduler's allocation in
 `status.allocation`, as kube-scheduler writes it).
@@ -142,9 +145,11 @@ class ResourceSliceTable:
         self._slices[name] = body
         return body
 
-    def delete(self, name: str) -> None:
-        if self._slices.pop(name, None) is None:
+    def delete(self, name: str) -> KubeObject:
+        body = self._slices.pop(name, None)
+        if body is None:
             raise not_found(RESOURCE_SLICES, name)
+        return body
 
     def select(self, node_name: str | None, driver: str | None) -> Iterator[KubeObject]:
         for body in self._slices.values():
@@ -178,9 +183,14 @@ class ResourceClaimTable:
             raise not_found(RESOURCE_CLAIMS, name)
         return claim
 
+    def has(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._claims
+
     def all(self) -> list[KubeObject]:
         return list(self._claims.values())
 
-    def delete(self, namespace: str, name: str) -> None:
-        if self._claims.pop((namespace, name), None) is None:
+    def delete(self, namespace: str, name: str) -> KubeObject:
+        body = self._claims.pop((namespace, name), None)
+        if body is None:
             raise not_found(RESOURCE_CLAIMS, name)
+        return body

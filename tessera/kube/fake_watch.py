@@ -1,4 +1,4 @@
-"""The watch history of `FakeKubeApi`: what happened to pods and nodes, kept for resumption.
+"""The watch history of `FakeKubeApi`: what happened to each watched kind, kept for resumption.
 
 A watch from a resourceVersion replays the kept events after it; one older than the kept history
 gets 410 Gone (`ResourceExpired`, "too old resource version: %d (%d)"), as upstream's watch cache
@@ -27,6 +27,8 @@ from tessera.kube.fake_status import StatusFailure, expired
 class Kind(Enum):
     POD = "Pod"
     NODE = "Node"
+    RESOURCE_SLICE = "ResourceSlice"
+    RESOURCE_CLAIM = "ResourceClaim"
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class WatchLog:
     def __init__(self, cond: threading.Condition, history: int) -> None:
         self._cond = cond
         self._history = history
-        self._logs: dict[Kind, list[Logged]] = {Kind.POD: [], Kind.NODE: []}
-        self._trimmed_before: dict[Kind, int] = {Kind.POD: 0, Kind.NODE: 0}
+        self._logs: dict[Kind, list[Logged]] = {kind: [] for kind in Kind}
+        self._trimmed_before: dict[Kind, int] = {kind: 0 for kind in Kind}
 
     def record(self, kind: Kind, revision: int, event_type: WatchEventType, obj: KubeObject) -> None:
         """Keep an event (`obj` is already the caller's private copy); the caller holds the lock."""

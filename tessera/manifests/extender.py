@@ -120,12 +120,12 @@ def extender_rules() -> list[dict[str, Any]]:
 
 
 def dra_score_rules() -> list[dict[str, Any]]:
-    """Only with a dra pool: /dra/prioritize lists the GPU ResourceSlices and the ResourceClaims
-    (their allocations are the usage) and reads the claims of the pod it scores
-    (`tessera.scheduler.dra_scores`). Read-only; no watch (it polls with a TTL)."""
+    """Only with a dra pool: /dra/prioritize lists and watches the GPU ResourceSlices and the
+    ResourceClaims (their allocations are the usage) and reads the claims of the pod it scores
+    (`tessera.scheduler.dra_scores`, `dra_view`). Read-only."""
     return [
-        policy_rule(["resource.k8s.io"], ["resourceslices"], ["list"]),
-        policy_rule(["resource.k8s.io"], ["resourceclaims"], ["get", "list"]),
+        policy_rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch"]),
+        policy_rule(["resource.k8s.io"], ["resourceclaims"], ["get", "list", "watch"]),
     ]
 
 

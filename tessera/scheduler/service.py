@@ -34,7 +34,7 @@ class ExtenderConfig:
         every request to the leader while it does not (`routing`).
     handover_s: default 5 s: on a planned stop, how long the leader lets running requests finish
         before it releases the Lease, and then waits for a successor to forward to.
-    dra: how `/dra/prioritize` refreshes its view of ResourceSlices and claims (`dra_scores`).
+    dra: how `/dra/prioritize` watches ResourceSlices and claims (`dra_scores`).
     """
 
     policy: PlacementPolicy = DEFAULT_POLICY
@@ -142,8 +142,10 @@ class ExtenderService:
 
     def _halt(self, join_s: float) -> None:
         self.sync.stop()
+        self.dra.stop()
         self.server.shutdown()
         if self.router is not None:
             self.router.close()
         if join_s:
             self.sync.join(join_s)
+            self.dra.join(join_s)

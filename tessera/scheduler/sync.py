@@ -7,16 +7,14 @@ deletions that happened while no watch was open.
 """
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tessera.kube.api import KubeApi, KubeApiError, KubeObject, WatchEvent
+from tessera.kube.api import KubeApi, KubeObject, WatchEvent
+from tessera.kube.informer import Informer, run_informer
 from tessera.scheduler.binder import Binder
 from tessera.scheduler.state import SchedulerState
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -84,6 +82,7 @@ class ClusterSync:
 
     def _run_nodes(self) -> None:
         self._informer(
+            "nodes",
             self._api.list_nodes_and_version,
             self._api.watch_nodes,
             lambda nodes, _listed_at: self._state.replace_nodes(nodes),
@@ -95,6 +94,7 @@ class ClusterSync:
         while not self._stop.is_set() and not self.nodes_synced.wait(0.2):
             pass
         self._informer(
+            "pods",
             self._api.list_pods_and_version,
             self._api.watch_pods,
             self._state.replace_pods,
@@ -116,38 +116,17 @@ class ClusterSync:
 
     def _informer(
         self,
+        what: str,
         list_fn: Callable[[], tuple[list[KubeObject], str]],
         watch_fn: Callable[..., Iterator[WatchEvent]],
         replace: Callable[[list[KubeObject], float], None],
         handle: Callable[[WatchEvent], None],
         synced: threading.Event,
     ) -> None:
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    listed_at = self._state.monotonic()
-                    items, version = list_fn()
-                    replace(items, listed_at)
-                    synced.set()
-                received = 0
-                for event in watch_fn(resource_version=version, stop_after_s=self._settings.watch_timeout_s):
-                    if self._stop.is_set():
-                        return
-                    handle(event)
-                    received += 1
-                    version = str(event.object.get("metadata", {}).get("resourceVersion") or version)
-                if not received:
-                    self._stop.wait(0.05)  # a server that ends watches at once must not make us spin
-            except KubeApiError as exc:
-                if exc.status != 410:
-                    log.warning("list/watch failed: %s; retrying", exc)
-                    self._stop.wait(self._settings.retry_backoff_s)
-                version = None  # relist
-            except Exception:  # keep the cache alive through unexpected errors; relist
-                log.exception("cache sync failed; relisting")
-                version = None
-                self._stop.wait(self._settings.retry_backoff_s)
+        run_informer(
+            Informer(what, list_fn, watch_fn, replace, handle), synced, self._stop,
+            now=self._state.monotonic, watch_timeout_s=self._settings.watch_timeout_s, retry_backoff_s=self._settings.retry_backoff_s,
+        )
 
     def _run_janitor(self) -> None:
         while not self._stop.wait(self._settings.janitor_interval_s):

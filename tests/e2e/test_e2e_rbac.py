@@ -6,15 +6,23 @@ mapped to the (API group, resource, verb) the real client uses for them (`tesser
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from e2e_cluster import E2ECluster, RecordingApi, job_pod, wait_until
 from e2e_stack import Rendered, shared_pool, stack
 
-from tessera.model.contract import EXTENDER_LEASE, GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE
+from tessera.alloc import PlacementPolicy
 from tessera.kube.api import KubeApi
+from tessera.kube.fake import FakeKubeApi
+from tessera.model import load_stack_file
+from tessera.model.contract import DRA_DRIVER, EXTENDER_LEASE, GPU_CORE, GPU_MEMORY, TESSERA_NAMESPACE, NodeGpu
+from tessera.model.pool_policy import PoolPolicy
 from tessera.repartition import apply_layout, load_plan
+from tessera.scheduler.dra_scores import DraScorer, DraScoreSettings
+from tessera.scheduler.extender_types import ExtenderArgs
+from tessera_node.dra.slices import slice_body, slice_spec
 from tessera_node.registry import ContainerRegistry
 
 # KubeApi method -> (API group, resource, verb) of the request the real client sends
@@ -45,6 +53,11 @@ REQUESTS: dict[str, tuple[str, str, str]] = {
     "get_resource_claim": ("resource.k8s.io", "resourceclaims", "get"),
     "list_resource_claims": ("resource.k8s.io", "resourceclaims", "list"),
     "list_resource_slices": ("resource.k8s.io", "resourceslices", "list"),
+    # the extender's view of dra pools (only with a dra pool)
+    "list_resource_claims_and_version": ("resource.k8s.io", "resourceclaims", "list"),
+    "list_resource_slices_and_version": ("resource.k8s.io", "resourceslices", "list"),
+    "watch_resource_claims": ("resource.k8s.io", "resourceclaims", "watch"),
+    "watch_resource_slices": ("resource.k8s.io", "resourceslices", "watch"),
     "create_resource_slice": ("resource.k8s.io", "resourceslices", "create"),
     "replace_resource_slice": ("resource.k8s.io", "resourceslices", "update"),
     "delete_resource_slice": ("resource.k8s.io", "resourceslices", "delete"),
@@ -123,3 +136,24 @@ def test_rendered_rbac_grants_every_call_the_component_made(exercised: Any, comp
     assert calls[component], f"{component} made no API calls: the scenario did not exercise it"
     grants = _grants(rendered, _service_account(rendered, kind, name))
     assert _missing(calls[component], grants) == [], sorted(calls[component])
+
+
+def test_the_extenders_rbac_on_a_dra_stack_grants_what_dra_prioritize_does() -> None:
+    """With a dra pool the extender also lists and watches slices and claims (`/dra/prioritize`);
+    its rendered ClusterRole must grant that, read-only."""
+    rendered = Rendered(load_stack_file(Path(__file__).resolve().parents[2] / "examples" / "dra" / "Pulumi.dra.yaml"))
+    api = FakeKubeApi()
+    api.create_resource_slice(slice_body("n1", slice_spec("n1", [NodeGpu(0, "GPU-0", "L40S", 46068)], PoolPolicy(), {}, 1)))
+    exactly = {"deviceClassName": f"pool.{DRA_DRIVER}", "capacity": {"requests": {"cores": "30", "memory": "4Gi"}}}
+    api.put_resource_claim({"metadata": {"name": "c", "namespace": "ml"}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}})
+    calls: set[str] = set()
+    scorer = DraScorer(cast(KubeApi, RecordingApi(api, calls)), PlacementPolicy.FRAGMENTATION_AWARE, DraScoreSettings(watch_timeout_s=0.2, sync_wait_s=5))
+    try:
+        pod = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}
+        assert dict(scorer.prioritize(ExtenderArgs(pod, node_names=["n1"]))) == {"n1": 10}
+        assert wait_until(lambda: {"watch_resource_slices", "watch_resource_claims"} <= calls)
+    finally:
+        scorer.stop()
+    grants = _grants(rendered, _service_account(rendered, "Deployment", "tessera-extender"))
+    assert _missing(calls, grants) == [], sorted(calls)
+    assert not {v for g, r, v in grants if g == "resource.k8s.io"} - {"get", "list", "watch"}, "read-only"

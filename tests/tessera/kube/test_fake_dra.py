@@ -96,3 +96,41 @@ def test_claims_are_read_as_stored_and_404_when_absent() -> None:
     assert kube.get_resource_claim("ns", "c") == stored and stored["metadata"]["uid"]
     with pytest.raises(NotFound, match='resourceclaims.resource.k8s.io "d" not found'):
         kube.get_resource_claim("ns", "d")
+
+
+def _events(stream: Any, n: int) -> list[tuple[str, str, str]]:
+    out = []
+    for event in stream:
+        out.append((event.type, event.object["metadata"]["name"], event.object["metadata"]["resourceVersion"]))
+        if len(out) == n:
+            break
+    return out
+
+
+def test_slices_and_claims_are_watched_like_pods_from_a_lists_version() -> None:
+    kube = FakeKubeApi()
+    kube.create_resource_slice(_slice(name="before"))
+    slices, version = kube.list_resource_slices_and_version(driver="gpu.tessera.dev")
+    assert [s["metadata"]["name"] for s in slices] == ["before"]
+    kube.create_resource_slice(_slice(name="s"))
+    kube.create_resource_slice({**_slice(name="other"), "spec": {**SPEC, "driver": "gpu.nvidia.com"}})
+    kube.replace_resource_slice("s", {**_slice(name="s"), "spec": {**SPEC, "nodeName": "n2"}})
+    kube.delete_resource_slice("s")
+    seen = _events(kube.watch_resource_slices(driver="gpu.tessera.dev", resource_version=version, stop_after_s=1), 3)
+    assert [(t, n) for t, n, _ in seen] == [("ADDED", "s"), ("MODIFIED", "s"), ("DELETED", "s")]  # the other driver's is not sent
+    assert len({rv for _, _, rv in seen}) == 3, "each change, the deletion included, has its own resourceVersion"
+
+    claims, version = kube.list_resource_claims_and_version()
+    assert claims == []
+    kube.put_resource_claim({"metadata": {"name": "c", "namespace": "ml"}, "spec": {}})
+    kube.put_resource_claim({"metadata": {"name": "c", "namespace": "ml"}, "spec": {}, "status": {"allocation": {}}})
+    kube.delete_resource_claim("ml", "c")
+    assert [(t, n) for t, n, _ in _events(kube.watch_resource_claims(resource_version=version, stop_after_s=1), 3)] == [("ADDED", "c"), ("MODIFIED", "c"), ("DELETED", "c")]
+
+
+def test_a_watch_without_a_version_starts_with_the_current_objects() -> None:
+    kube = FakeKubeApi()
+    kube.create_resource_slice(_slice(name="s"))
+    kube.put_resource_claim({"metadata": {"name": "c"}, "spec": {}})
+    assert [(t, n) for t, n, _ in _events(kube.watch_resource_slices(stop_after_s=1), 1)] == [("ADDED", "s")]
+    assert [(t, n) for t, n, _ in _events(kube.watch_resource_claims(stop_after_s=1), 1)] == [("ADDED", "c")]

@@ -213,3 +213,61 @@ def test_resource_api_calls_go_to_resource_k8s_io_v1(serve: Callable[[Behaviour]
     assert server.requests[0].split(b"\r\n", 1)[0] == request_line
     if request_line.startswith(b"GET /apis/resource.k8s.io/v1/resourceslices"):
         assert answer == [{"metadata": {"name": "s"}}]
+
+
+def _watch_of(kind: str) -> Behaviour:
+    def behaviour(conn: socket.socket, _: bytes) -> None:
+        events = b"".join(
+            json.dumps({"type": t, "object": {"kind": kind, "metadata": {"name": "x", "resourceVersion": rv}}}).encode() + b"\n"
+            for t, rv in (("ADDED", "4"), ("MODIFIED", "5"), ("DELETED", "6"))
+        )
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(events), events))
+        conn.close()
+
+    return behaviour
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "request_line"),
+    [
+        (lambda api: api.watch_resource_slices(driver="gpu.tessera.dev", resource_version="3", stop_after_s=60), "ResourceSlice",
+         b"GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.tessera.dev&watch=true&resourceVersion=3&timeoutSeconds=60 HTTP/1.1"),
+        (lambda api: api.watch_resource_claims(stop_after_s=60), "ResourceClaim",
+         b"GET /apis/resource.k8s.io/v1/resourceclaims?watch=true&timeoutSeconds=60 HTTP/1.1"),
+    ],
+)
+def test_dra_watches_go_to_resource_k8s_io_v1_and_yield_each_event(
+    serve: Callable[[Behaviour], RawServer], tmp_path: Path, call: Callable[[KubeApi], Any], kind: str, request_line: bytes
+) -> None:
+    server = serve(_watch_of(kind))
+    events = list(call(connect(server.port, tmp_path)))
+    assert server.requests[0].split(b"\r\n", 1)[0] == request_line
+    assert [(e.type, e.object["metadata"]["resourceVersion"]) for e in events] == [("ADDED", "4"), ("MODIFIED", "5"), ("DELETED", "6")]
+
+
+def test_a_dra_watch_answered_410_is_the_status_error(serve: Callable[[Behaviour], RawServer], tmp_path: Path) -> None:
+    def gone(conn: socket.socket, _: bytes) -> None:
+        status = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old resource version: 3 (9)", "reason": "Expired", "code": 410}).encode()
+        conn.sendall(b"HTTP/1.1 410 Gone\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(status), status))
+
+    server = serve(gone)
+    with pytest.raises(KubeApiError) as info:
+        list(connect(server.port, tmp_path).watch_resource_claims(resource_version="3", stop_after_s=60))
+    assert (info.value.status, info.value.message) == (410, "too old resource version: 3 (9)")
+
+
+@pytest.mark.parametrize(
+    ("call", "request_line"),
+    [
+        (lambda api: api.list_resource_slices_and_version(driver="gpu.tessera.dev"), b"GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.tessera.dev HTTP/1.1"),
+        (lambda api: api.list_resource_claims_and_version(), b"GET /apis/resource.k8s.io/v1/resourceclaims HTTP/1.1"),
+    ],
+)
+def test_dra_lists_give_the_lists_resource_version(serve: Callable[[Behaviour], RawServer], tmp_path: Path, call: Callable[[KubeApi], Any], request_line: bytes) -> None:
+    def listed(conn: socket.socket, _: bytes) -> None:
+        reply = json.dumps({"kind": "List", "items": [{"metadata": {"name": "s"}}], "metadata": {"resourceVersion": "42"}}).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(reply), reply))
+
+    server = serve(listed)
+    assert call(connect(server.port, tmp_path)) == ([{"metadata": {"name": "s"}}], "42")
+    assert server.requests[0].split(b"\r\n", 1)[0] == request_line

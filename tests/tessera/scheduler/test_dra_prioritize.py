@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from extender_harness import Harness, node_manifest
+from extender_harness import Harness, node_manifest, wait_until
 from kube_scheduler_emulator import ExtenderClient, ExtenderEntry
 
 from tessera.alloc import Cluster, ContainerPlacement, Evaluation, ContainerRequest, GpuGrant, GpuState, NodeState, Placement, PlacementPolicy, PodRequest, PodUid
-from tessera.kube.api import KubeApiError, KubeObject
+from tessera.kube.api import KubeApiError, KubeObject, WatchEvent
 from tessera.kube.fake import FakeKubeApi
 from tessera.manifests.scheduler import scheduler_configuration
 from tessera.manifests.scheduler_doc import default_settings
@@ -167,38 +168,70 @@ def test_claims_it_cannot_read_score_zero_never_5xx(served: tuple[Harness, Exten
     assert set(_scores(client, _pod("p", "odd")).values()) == {0}
 
 
-class _Counting(FakeKubeApi):
+class _Flaky(FakeKubeApi):
+    """Lists of claims fail while `fail` is set, and the claim watch ends with 410 Gone once."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.lists = 0
         self.fail = False
+        self.lists = 0
+        self.gone_once = False
 
-    def list_resource_claims(self) -> list[KubeObject]:
+    def list_resource_claims_and_version(self) -> tuple[list[KubeObject], str]:
         self.lists += 1
         if self.fail:
             raise KubeApiError(503, "list resourceclaims: unavailable")
-        return super().list_resource_claims()
+        return super().list_resource_claims_and_version()
+
+    def watch_resource_claims(self, *, resource_version: str | None = None, stop_after_s: float | None = None) -> Iterator[WatchEvent]:
+        if self.gone_once and resource_version is not None:
+            self.gone_once = False
+            raise KubeApiError(410, "too old resource version")
+        return super().watch_resource_claims(resource_version=resource_version, stop_after_s=stop_after_s)
 
 
-def test_the_view_is_rebuilt_after_the_ttl_and_kept_on_api_errors() -> None:
-    api = _Counting()
+@contextmanager
+def _watching(api: FakeKubeApi, cores: int, memory: int) -> Iterator[tuple[DraScorer, ExtenderArgs]]:
+    """Three empty nodes, pod `p` asking `cores` % and `memory` MiB, and a scorer watching them."""
     for node in NODES:
         _publish(api, node)
-    api.put_resource_claim(_claim("mine", 40, 8 * GIB))
-    now = [0.0]
-    scorer = DraScorer(api, PlacementPolicy.FRAGMENTATION_AWARE, DraScoreSettings(ttl_s=5.0), clock=lambda: now[0])
-    args = ExtenderArgs(_pod("p", "mine"), node_names=list(NODES))
-    first = scorer.prioritize(args)
-    scorer.prioritize(args)
-    assert api.lists == 1, "within the TTL the view is reused"
-    api.put_resource_claim(_allocated("late", "n3", 0, 60, 8 * GIB))
-    now[0] = 6.0
-    api.fail = True
-    assert scorer.prioritize(args) == first, "an API error keeps the last view"
-    api.fail = False
-    now[0] = 12.0
-    later = dict(scorer.prioritize(args))
-    assert later["n3"] == 10, "the claim allocated meanwhile is counted after the refresh"
+    api.put_resource_claim(_claim("mine", cores, memory))
+    scorer = DraScorer(api, PlacementPolicy.FRAGMENTATION_AWARE, DraScoreSettings(watch_timeout_s=0.5, retry_backoff_s=0.05, sync_wait_s=5.0))
+    try:
+        yield scorer, ExtenderArgs(_pod("p", "mine"), node_names=list(NODES))
+    finally:
+        scorer.stop()
+
+
+def test_a_claim_allocated_after_a_score_counts_for_the_next_pod_at_once() -> None:
+    """A burst of pods is not steered at one node: the claim kube-scheduler allocated for the
+    previous pod reaches the view through the watch, not after a polling period."""
+    api = FakeKubeApi()
+    with _watching(api, 70, 4 * GIB) as (scorer, args):
+        first = dict(scorer.prioritize(args))
+        top = next(n for n, s in first.items() if s == 10)
+        api.put_resource_claim(_allocated("previous", top, 0, 70, 4 * GIB))
+        api.put_resource_claim(_allocated("previous-2", top, 1, 70, 4 * GIB))
+        assert wait_until(lambda: dict(scorer.prioritize(args))[top] == 0), "the node the last two claims filled still ranks"
+
+
+def test_the_view_survives_list_errors_and_a_410_and_ends_as_the_api_server_is() -> None:
+    api = _Flaky()
+    with _watching(api, 40, 8 * GIB) as (scorer, args):
+        scorer.prioritize(args)
+        api.fail, api.gone_once = True, True
+        api.put_resource_claim(_allocated("late", "n3", 0, 60, 8 * GIB))
+        assert wait_until(lambda: api.lists >= 3), "the 410 makes it list again, and again while lists fail"
+        api.fail = False
+        api.delete_resource_slice(api.list_resource_slices(node_name="n2")[0]["metadata"]["name"])
+        expected = {"late": ("n3", ((0, 600, 8 * GIB),))}
+        assert wait_until(lambda: _counted_by_name(api, scorer) == expected), _counted_by_name(api, scorer)
+        assert wait_until(lambda: list(scorer.view.node_names()) == ["n1", "n3"]), "the deleted slice's node is gone"
+
+
+def _counted_by_name(api: FakeKubeApi, scorer: DraScorer) -> dict[str, object]:
+    names = {c["metadata"]["uid"]: c["metadata"]["name"] for c in api.list_resource_claims()}
+    return {names.get(uid, uid): held for uid, held in scorer.view.counted().items()}
 
 
 def _dra_settings() -> PlatformSettings:
@@ -252,12 +285,21 @@ def test_the_second_entry_exists_only_with_a_dra_pool() -> None:
 
 
 class _Broken(FakeKubeApi):
-    def list_resource_slices(self, *, node_name: str | None = None, driver: str | None = None) -> list[KubeObject]:
+    def list_resource_slices_and_version(self, *, driver: str | None = None) -> tuple[list[KubeObject], str]:
         raise RuntimeError("a bug of ours")
+
+    def get_resource_claim(self, namespace: str, name: str) -> KubeObject:
+        if name == "explodes":
+            raise RuntimeError("another bug of ours")
+        return super().get_resource_claim(namespace, name)
 
 
 def test_an_unexpected_error_scores_zero_instead_of_failing_the_cycle() -> None:
     api = _Broken()
     api.put_resource_claim(_claim("mine", 40, 8 * GIB))
-    scorer = DraScorer(api, PlacementPolicy.FRAGMENTATION_AWARE)
-    assert dict(scorer.prioritize(ExtenderArgs(_pod("p", "mine"), node_names=["n1", "n2"]))) == {"n1": 0, "n2": 0}
+    scorer = DraScorer(api, PlacementPolicy.FRAGMENTATION_AWARE, DraScoreSettings(retry_backoff_s=0.05, sync_wait_s=0.2))
+    try:
+        assert dict(scorer.prioritize(ExtenderArgs(_pod("p", "mine"), node_names=["n1", "n2"]))) == {"n1": 0, "n2": 0}, "never listed: 0"
+        assert dict(scorer.prioritize(ExtenderArgs(_pod("q", "explodes"), node_names=["n1", "n2"]))) == {"n1": 0, "n2": 0}
+    finally:
+        scorer.stop()
