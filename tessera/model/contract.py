@@ -8,6 +8,7 @@ import it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NewType
 
@@ -248,3 +249,14 @@ DRA_DRIVER: Final = "gpu.tessera.dev"
 # bytes as a quantity (the slice says e.g. "15360Mi").
 DRA_CAPACITY_CORES: Final = "cores"
 DRA_CAPACITY_MEMORY: Final = "memory"
+
+
+def dra_device_order(used_cores: Mapping[int, int], placement: GpuPlacement) -> list[int]:
+    """The GPU indices in the order the node's ResourceSlice lists them, `used_cores` being the
+    cores each holds now. kube-scheduler's allocator takes the first device in slice order that
+    has room, so listing the fullest GPUs first makes its pick the device-plugin route's
+    `binpack` (the fullest GPU that fits), and the emptiest first its `spread`; ties go by index,
+    as `tessera.alloc`'s GPU ranking breaks them."""
+    if placement == "spread":
+        return sorted(used_cores, key=lambda i: (used_cores[i], i))
+    return sorted(used_cores, key=lambda i: (-used_cores[i], i))

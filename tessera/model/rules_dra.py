@@ -44,8 +44,6 @@ def _pool_problems(pool: PoolBase, p: tuple[PathPart, ...], cluster: ClusterConf
     if pool.repartition:
         out.append(Problem(at(*p, "repartition"), "scheduled re-partitioning moves a node label only the device-plugin route reads; it is not available with allocation: dra"))
     sharing = pool.sharing
-    if sharing.placement == "spread":
-        out.append(Problem(at(*p, "sharing", "placement"), "spread cannot be honoured with allocation: dra: kube-scheduler's DRA allocator takes the first device that fits (binpack-like); use binpack or keep allocation: device-plugin"))
     if sharing.shares_per_gpu is not None and sharing.shares_per_gpu > 1:
         out.append(Problem(at(*p, "sharing", "sharesPerGpu"), f"{sharing.shares_per_gpu} cannot be honoured with allocation: dra (DRA counts capacity, not claims per device); use 1 (a whole GPU per claim), leave it unset, or keep allocation: device-plugin"))
     if pool.sharing.qgpu_aliases:

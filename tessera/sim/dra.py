@@ -21,7 +21,8 @@ Written from kubernetes/kubernetes `staging/src/k8s.io/dynamic-resource-allocati
   capacity is consumable, regardless of whether the requestPolicy is defined or not".
 
 The device layout is Tessera's (`node-agent/tessera_node/dra/slices.py`, one slice per node, one
-device per healthy GPU in GPU index order): `cores` 100 with requestPolicy {default 100, min 1,
+device per healthy GPU, fullest first for binpack and emptiest first for spread, as the plugin
+re-lists them after each prepare; here the order is always current): `cores` 100 with requestPolicy {default 100, min 1,
 max 100, step 1}; `memory` the GPU's MiB with {default: all of it, min 1Mi, step 1Mi};
 `allowMultipleAllocations` unless the pool gives one claim per GPU (`max_shares_per_gpu` 1).
 Units here are whole cores (percent of a GPU) and MiB. A GPU whose memory the trace does not give
@@ -47,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tessera.alloc import MILLI_PER_CORE, MILLI_PER_GPU, ContainerRequest, GpuState, NodeState
-from tessera.model.contract import CORE_PER_GPU, DRA_CAPACITY_CORES, DRA_CAPACITY_MEMORY
+from tessera.model.contract import CORE_PER_GPU, DRA_CAPACITY_CORES, DRA_CAPACITY_MEMORY, dra_device_order
+from tessera.model.pool_policy import DEFAULT_POOL_POLICY
 
 UNTRACKED_MEMORY: Final = 1 << 62  # tessera.alloc's "not accounted" capacity (trace without gpu_mem_mib)
 
@@ -189,10 +191,14 @@ def gpu_device(gpu: GpuState, multiple: bool) -> Device:
 
 
 def node_devices(node: NodeState, consumable_capacity: bool = True) -> list[Device]:
-    """The node's slice: healthy GPUs in index order. `consumable_capacity=False`: the
-    DRAConsumableCapacity gate off (1.34's default), every device allocated whole."""
+    """The node's slice: its healthy GPUs in the order the plugin lists them for the pool's
+    placement (`dra_device_order`; the pool default binpack when the node has no label), by the
+    cores each holds now. `consumable_capacity=False`: the DRAConsumableCapacity gate off (1.34's
+    default), every device allocated whole."""
     multiple = consumable_capacity and node.max_shares_per_gpu != 1
-    return [gpu_device(g, multiple) for g in sorted(node.gpus, key=lambda g: g.index) if g.healthy]
+    devices = {g.index: gpu_device(g, multiple) for g in node.gpus if g.healthy}
+    used = {i: d.consumed[DRA_CAPACITY_CORES] for i, d in devices.items()}
+    return [devices[i] for i in dra_device_order(used, node.gpu_placement or DEFAULT_POOL_POLICY.placement)]
 
 
 def claim_request(container: ContainerRequest, models: frozenset[str] | None = None) -> DeviceRequest:

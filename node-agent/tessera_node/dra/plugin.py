@@ -53,7 +53,8 @@ class DraPluginSettings:
     pools_file: the mounted tessera-pools ConfigMap; None: node labels only.
     node_poll_s: how often the node's labels and the pools file are read again and the slice
         republished (default 10 s).
-    socket_check_s: how often the sockets are checked; a removed one is served again (0.5 s)."""
+    socket_check_s: how often the sockets are checked, a removed one is served again, and the
+        slice's device order follows claims prepared or unprepared since (0.5 s)."""
 
     node_name: str
     registry_dir: Path = DEFAULT_REGISTRY_DIR
@@ -119,6 +120,9 @@ class DraPlugin:
         self._reg_server = UnixServer(settings.registration_socket, lambda server: reg_grpc.add_RegistrationServicer_to_server(self._registration, server))
         self._ready_sent = False
         self._refusal_logged = False  # the "not a shared pool" warning, once per episode
+        # a claim was prepared or unprepared: the run loop lists the slice's devices again in
+        # the pool's placement order (set under the lock, read without: a late read costs a tick)
+        self._usage_changed = False
 
     # --- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -153,6 +157,8 @@ class DraPlugin:
                     next_poll = time.monotonic() + self.settings.node_poll_s
                     self.refresh_node()
                     self.publish()
+                elif self._usage_changed:
+                    self.publish()
         finally:
             self.stop()
 
@@ -186,10 +192,21 @@ class DraPlugin:
             serves = self.serves_pool
             gpus = self.gpus if serves else []
             policy, labels = self.policy, dict(self._labels)
+            used = self.used_cores()
+            self._usage_changed = False
         if not serves and not self._refusal_logged:
             log.warning("node %s is in a %s pool: the DRA plugin serves shared pools only and publishes no devices", self.settings.node_name, labels.get(LABEL_POOL_KIND))
         self._refusal_logged = not serves
-        self._slices.publish(gpus, policy, labels)
+        self._slices.publish(gpus, policy, labels, used)
+
+    def used_cores(self) -> dict[int, int]:
+        """Per GPU index, the cores the prepared claims hold (the slice's device order)."""
+        with self._lock:
+            used: dict[int, int] = {}
+            for prepared in self._prepared.all():
+                for device in prepared.devices:
+                    used[device.share.index] = used.get(device.share.index, 0) + device.share.core
+            return used
 
     # --- restart ---------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -248,6 +265,7 @@ class DraPlugin:
             self._registry.register_all(records)
         self._prepared.add(prepared)
         self._checkpoint.save(self._prepared.all())
+        self._usage_changed = True
         log.info("prepared claim %s: %s for %s", claim, ", ".join(f"{d.device} {d.share.core}%/{d.share.memory_mib}MiB" for d in devices),
                  ", ".join(f"{r.pod_name}/{r.container}" for r in records) or "no container yet")
         return prepared
@@ -278,6 +296,7 @@ class DraPlugin:
                 if self._prepared.holder_of(record.key, other_than=claim.uid) is None:
                     self._registry.unregister(record.key)
             self._checkpoint.save(self._prepared.all())
+            self._usage_changed = True
             log.info("unprepared claim %s", claim)
             return ""
 

@@ -4,7 +4,9 @@ Shape (resource.k8s.io/v1, staging/src/k8s.io/api/resource/v1/types.go `Resource
 `Device`, `DeviceCapacity`, `CapacityRequestPolicy`): one slice per node, driver
 `gpu.tessera.dev`, pool named after the node (`spec.pool{name, generation, resourceSliceCount: 1}`,
 the generation raised whenever the device list changes so the scheduler drops the old one),
-`spec.nodeName`, and one device per healthy GPU that is not in MIG mode:
+`spec.nodeName`, and one device per healthy GPU that is not in MIG mode, in the order the pool's
+`placement` wants kube-scheduler's first fit to meet them (`contract.dra_device_order`: fullest
+first for binpack, emptiest first for spread, by the cores of the claims prepared here):
 
     name: gpu-<index>
     attributes: model, uuid, index (int), pool, sharingPolicy, onlineOffline (bool)
@@ -31,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from tessera.kube.api import Conflict, KubeApi, KubeApiError, KubeObject, NotFound
-from tessera.model.contract import CORE_PER_GPU, DRA_CAPACITY_CORES, DRA_CAPACITY_MEMORY, DRA_DRIVER, LABEL_POOL, NodeGpu
+from tessera.model.contract import CORE_PER_GPU, DRA_CAPACITY_CORES, DRA_CAPACITY_MEMORY, DRA_DRIVER, LABEL_POOL, NodeGpu, dra_device_order
 from tessera.model.pool_policy import PoolPolicy
 from tessera_node.dra.core import device_name, memory_quantity
 
@@ -69,13 +71,19 @@ def device_entry(gpu: NodeGpu, policy: PoolPolicy, pool_label: str) -> dict[str,
     return device
 
 
-def slice_spec(node_name: str, gpus: Sequence[NodeGpu], policy: PoolPolicy, node_labels: Mapping[str, str], generation: int) -> dict[str, Any]:
+def slice_spec(
+    node_name: str, gpus: Sequence[NodeGpu], policy: PoolPolicy, node_labels: Mapping[str, str], generation: int,
+    used_cores: Mapping[int, int] | None = None,
+) -> dict[str, Any]:
+    """`used_cores`: per GPU index, the cores its prepared claims hold (none: all idle)."""
     pool_label = node_labels.get(LABEL_POOL, "")
+    healthy = {g.index: g for g in gpus if g.healthy}
+    order = dra_device_order({i: (used_cores or {}).get(i, 0) for i in healthy}, policy.placement)
     return {
         "driver": DRA_DRIVER,
         "nodeName": node_name,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-        "devices": [device_entry(g, policy, pool_label) for g in sorted(gpus, key=lambda g: g.index) if g.healthy],
+        "devices": [device_entry(healthy[i], policy, pool_label) for i in order],
     }
 
 
@@ -101,11 +109,14 @@ class SlicePublisher:
         # the devices without the gated fields, which must not read as a change every time
         self._sent: tuple[str, Any] | None = None
 
-    def publish(self, gpus: Sequence[NodeGpu], policy: PoolPolicy, node_labels: Mapping[str, str], *, attempts: int = 3) -> KubeObject | None:
+    def publish(
+        self, gpus: Sequence[NodeGpu], policy: PoolPolicy, node_labels: Mapping[str, str], used_cores: Mapping[int, int] | None = None,
+        *, attempts: int = 3,
+    ) -> KubeObject | None:
         """Create or update the slice; None when the API server could not be written (logged)."""
         for _ in range(attempts):
             try:
-                return self._publish_once(gpus, policy, node_labels)
+                return self._publish_once(gpus, policy, node_labels, used_cores)
             except (Conflict, NotFound) as exc:
                 log.info("ResourceSlice of %s changed meanwhile (%s); reading it again", self._node, exc)
             except KubeApiError as exc:
@@ -114,13 +125,13 @@ class SlicePublisher:
         log.warning("cannot publish the ResourceSlice of %s: it kept changing", self._node)
         return None
 
-    def _publish_once(self, gpus: Sequence[NodeGpu], policy: PoolPolicy, node_labels: Mapping[str, str]) -> KubeObject:
+    def _publish_once(self, gpus: Sequence[NodeGpu], policy: PoolPolicy, node_labels: Mapping[str, str], used_cores: Mapping[int, int] | None) -> KubeObject:
         mine = sorted(self._kube.list_resource_slices(node_name=self._node, driver=DRA_DRIVER), key=lambda s: s["metadata"]["name"])
         for extra in mine[1:]:
             self._kube.delete_resource_slice(extra["metadata"]["name"])
         current = mine[0] if mine else None
         generation = int(((current or {}).get("spec") or {}).get("pool", {}).get("generation", 0))
-        wanted = slice_spec(self._node, gpus, policy, node_labels, generation or 1)
+        wanted = slice_spec(self._node, gpus, policy, node_labels, generation or 1, used_cores)
         if current is not None and (_devices_of(current) == wanted["devices"] or self._sent == (current["metadata"]["name"], wanted["devices"])):
             return current
         if current is None:

@@ -8,11 +8,25 @@ simulated GPUs and a fake cgroup tree, and its /metrics shows the container.
 """
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
 import urllib.request
 import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
+import yaml
 from dra_harness import NODE, DraNode, Grant
 from prometheus_client.parser import text_string_to_metric_families
+
+from tessera.model.allocation_record import container_env
+from tessera.model.contract import GpuShare
+from tessera.model.quantity import parse_quantity
+from tessera.sim.dra import Capacity, Device, DeviceRequest, RequestPolicy, allocate
+from tessera_node.testing.dra_claims import allocated_claim
 
 from tessera_node.agent.cgroups import CgroupDriver, CgroupVersion
 from tessera_node.agent.colocation import REASON_PAUSED
@@ -25,6 +39,15 @@ from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.simscript import SimulatedKiller
 
 MIB = 1024 * 1024
+
+
+def wait_until(condition: Any, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
 
 
 class Clock:
@@ -42,7 +65,10 @@ class NodeWithAgent:
         self.clock, self.wall = Clock(1000.0), Clock(1_700_000_000.0)
         self.killer = SimulatedKiller(node.backend)
         self.mps = FakeProcessRunner()
-        settings = AgentSettings(node_name=NODE, state_dir=node.settings.state_dir, slow_every=1, pods_refresh_every=1, metrics_host="127.0.0.1", metrics_port=0)
+        settings = AgentSettings(
+            node_name=NODE, state_dir=node.settings.state_dir, slow_every=1, pods_refresh_every=1, metrics_host="127.0.0.1", metrics_port=0,
+            pools_file=node.settings.pools_file,
+        )
         deps = AgentDeps(
             backend=node.backend, registry=node.registry, locator=self.tree.locator(), killer=self.killer, kube=node.kube,
             mps=MpsSupervisor(self.mps, node.root / "mps"), monotonic=self.clock, wall=self.wall,
@@ -51,14 +77,14 @@ class NodeWithAgent:
         self.agent.start()
         self._pid = 5000
 
-    def start_container(self, pod_name: str, container: str, gpu: int, memory_mib: int, sm_pct: int) -> list[int]:
+    def start_container(self, pod_name: str, container: str, gpu: int, memory_mib: int, sm_pct: int, namespace: str = "default") -> list[int]:
         """The runtime started the container: its cgroup, its GPU process, its id in pod status."""
-        pod = self.node.kube.get_pod("default", pod_name)
+        pod = self.node.kube.get_pod(namespace, pod_name)
         container_id = uuid.uuid4().hex
         self._pid += 1
         self.tree.container(pod["metadata"]["uid"], container_id, [self._pid])
         self.node.backend.add_process(self._pid, gpu, memory_mib, sm_pct)
-        self.node.kube.delete_pod("default", pod_name)
+        self.node.kube.delete_pod(namespace, pod_name)
         pod["metadata"].pop("resourceVersion", None)
         pod["status"] = {"phase": "Running", "containerStatuses": [{"name": container, "containerID": f"containerd://{container_id}"}]}
         self.node.kube.create_pod(pod)
@@ -156,4 +182,134 @@ def test_online_offline_colocation_through_claims() -> None:
         world.tick(0.1)
         assert world.events(REASON_PAUSED), "online work on the GPU pauses the offline container"
     finally:
+        node.close()
+
+
+# --- from the stack file: the workload's rendered claim template to its enforced share ----------
+ROOT = Path(__file__).resolve().parents[3]
+DRA_EXAMPLE = ROOT / "examples" / "dra" / "Pulumi.dra.yaml"
+# the one selector form Tessera's DeviceClasses use (tessera/manifests/dra.py); kube-scheduler
+# evaluates it as CEL, this emulation only for that form, so a new form fails here loudly
+_POOL_SELECTOR = re.compile(r'^device\.driver == "gpu\.tessera\.dev" && device\.attributes\["gpu\.tessera\.dev"\]\.pool == "(?P<pool>[^"]+)"$')
+
+
+def _render(out: Path) -> list[dict[str, Any]]:
+    """`tessera render` of the shipped dra example, as a user runs it."""
+    done = subprocess.run([sys.executable, "-m", "tessera.cli.main", "render", str(DRA_EXAMPLE), "-o", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [d for f in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text(encoding="utf-8")) if d]
+
+
+def _find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def _capacity(entry: dict[str, Any], unit: int) -> Capacity:
+    rng = entry["requestPolicy"]["validRange"]
+    as_int = lambda q: int(parse_quantity(q) / unit)  # noqa: E731
+    return Capacity(as_int(entry["value"]), RequestPolicy(as_int(entry["requestPolicy"]["default"]), as_int(rng["min"]), as_int(rng["step"]), as_int(rng["max"]) if "max" in rng else None))
+
+
+def _allocate(node: DraNode, device_class: dict[str, Any], request: dict[str, Any]) -> Grant:
+    """kube-scheduler's DRA allocator on this node (`tessera.sim.dra.allocate`: first fit in slice
+    order, consumable capacity): the devices of the published slice the DeviceClass selects,
+    minus what the claims in the API server already hold."""
+    (selector,) = device_class["spec"]["selectors"]
+    match = _POOL_SELECTOR.match(selector["cel"]["expression"])
+    assert match, selector
+    (slice_,) = node.slices()
+    held: dict[tuple[str, str], int] = {}
+    for claim in node.kube.list_resource_claims():
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            for name, value in result.get("consumedCapacity", {}).items():
+                unit = MIB if name == "memory" else 1
+                held[(result["device"], name)] = held.get((result["device"], name), 0) + int(parse_quantity(value) / unit)
+    devices = [
+        Device(d["name"], d["attributes"]["index"]["int"], d["attributes"]["model"]["string"],
+               {"cores": _capacity(d["capacity"]["cores"], 1), "memory": _capacity(d["capacity"]["memory"], MIB)},
+               bool(d.get("allowMultipleAllocations")), {c: held.get((d["name"], c), 0) for c in ("cores", "memory")})
+        for d in slice_["spec"]["devices"] if d["attributes"]["pool"]["string"] == match["pool"]
+    ]
+    exactly = request["exactly"]
+    asked = {k: int(parse_quantity(v) / (MIB if k == "memory" else 1)) for k, v in exactly["capacity"]["requests"].items()}
+    results = allocate(devices, DeviceRequest(exactly["count"], asked))
+    assert results is not None, "no device of the class has the capacity"
+    (result,) = results
+    return Grant(NODE, result.index, result.consumed["cores"], result.consumed["memory"])
+
+
+def _slice_order(node: DraNode) -> list[str]:
+    (slice_,) = node.slices()
+    return [d["name"] for d in slice_["spec"]["devices"]]
+
+
+def test_the_example_stacks_workload_from_its_claim_template_to_enforced_shares(tmp_path: Path) -> None:
+    """`tessera render examples/dra/Pulumi.dra.yaml`: the workload `embedder` (25 % and 8 GiB of an
+    L40S on pool l40s-dra, 2 replicas). Its pods' claims are made from the rendered
+    ResourceClaimTemplate and allocated as kube-scheduler does against the slice the plugin
+    published (the rendered DeviceClass selecting the pool's devices); the plugin, configured by
+    the rendered pools file, prepares them through kubelet 1.36; the agent enforces and reports."""
+    objects = _render(tmp_path / "out")
+    template = _find(objects, "ResourceClaimTemplate", "embedder-gpu")
+    deployment = _find(objects, "Deployment", "embedder")
+    device_class = _find(objects, "DeviceClass", "l40s-dra.gpu.tessera.dev")
+    pools_file = tmp_path / "pools.json"
+    pools_file.write_text(_find(objects, "ConfigMap", "tessera-pools")["data"]["pools.json"], encoding="utf-8")
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (entry,) = pod_spec["resourceClaims"]
+    assert entry["resourceClaimTemplateName"] == "embedder-gpu" and pod_spec["schedulerName"] == "tessera-scheduler"
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+
+    node = DraNode(spec="L40S:4", sharing="best-effort")  # the pools file says fixed-share
+    node.kube.patch_node_labels(NODE, dict(pod_spec["nodeSelector"]))
+    node.settings = replace(node.settings, pools_file=pools_file)
+    server = None
+    try:
+        node.start_plugin()
+        node.start_kubelet()
+        # another tenant's pod already holds half of gpu-2: binpack lists it first
+        other = node.claim("other-gpu", [Grant(NODE, 2, 50, 4096)], pod="other")
+        assert node.prepare(other)[other[2]].error == ""
+        assert wait_until(lambda: _slice_order(node)[0] == "gpu-2"), _slice_order(node)
+
+        placed = []
+        for replica in range(deployment["spec"]["replicas"]):
+            pod_name, claim_name = f"embedder-{replica}", f"embedder-{replica}-gpu-{replica:05d}"
+            pod = node.kube.create_pod({
+                "metadata": {"name": pod_name, "namespace": "inference", "labels": deployment["spec"]["template"]["metadata"]["labels"]},
+                "spec": {**pod_spec, "nodeName": NODE},
+                "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": entry["name"], "resourceClaimName": claim_name}]},
+            })
+            grant = _allocate(node, device_class, request)
+            claim = allocated_claim("inference", claim_name, [replace(grant, request=request["name"])], pods=[(pod_name, pod["metadata"]["uid"])])
+            claim["spec"] = template["spec"]["spec"]
+            uid = node.kube.put_resource_claim(claim)["metadata"]["uid"]
+            results = node.prepare(("inference", claim_name, uid))
+            seen = node.container(results, uid)
+            gpu = node.backend.list_gpus()[grant.index]
+            expected = container_env((GpuShare(grant.index, gpu.uuid, 25, 8192),), {grant.index: gpu.memory_mib}, mps=True, sm_counts={grant.index: gpu.sm_count})
+            assert {k: seen.env[k] for k in expected} == expected, "the device-plugin route's env for the same share"
+            assert seen.env["TESSERA_DRA_CLAIM"] == f"inference/{claim_name}"
+            placed.append(grant.index)
+        assert placed == [2, 2], "first fit over the binpack order: the fullest GPU that fits, as the device-plugin route's binpack"
+
+        world = NodeWithAgent(node)
+        pids = [world.start_container(f"embedder-{r}", "embedder", gpu=2, memory_mib=6000, sm_pct=25, namespace="inference") for r in range(2)]
+        world.tick()
+        gpu2 = next(g for g in world.agent.build_view().gpus if g.index == 2)
+        assert gpu2.core_allocated_pct == 100 and gpu2.mps_daemon_running
+        world.agent.publish()
+        server, _thread, port = serve_metrics(world.agent.view.get, "127.0.0.1", 0)
+        metrics = _scrape(f"http://127.0.0.1:{port}/metrics")
+        for r in range(2):
+            assert _of(metrics, "tessera_container_gpu_core_allocated_percent", pod=f"embedder-{r}", container="embedder") == [25]
+            assert _of(metrics, "tessera_container_gpu_memory_limit_bytes", pod=f"embedder-{r}", container="embedder") == [8192 * MIB]
+        node.backend.add_process(pids[1][0], 2, 9000, 25)  # replica 1 grows past its 8 GiB
+        world.tick()
+        assert world.killer.killed == pids[1]
+        (event,) = world.events(REASON_MEMORY_EXCEEDED)
+        assert event["involvedObject"]["name"] == "embedder-1"
+    finally:
+        if server is not None:
+            server.shutdown()
         node.close()

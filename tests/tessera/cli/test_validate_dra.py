@@ -47,6 +47,7 @@ GOOD = [
     ("TKE 1.34, a whole GPU per claim needs no consumable capacity", _tke("1.34.1", WHOLE)),
     ("existing 1.36: consumable capacity is beta and on", _existing("1.36.0", LAB)),
     ("existing 1.34 that declares the alpha gate", _existing("1.34.2", LAB, "{DRAConsumableCapacity: true}")),
+    ("spread: the plugin lists the emptiest GPU first", _existing("1.36.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}, allocation: dra, sharing: {placement: spread}}")),
     ("TKE 1.32 on the device-plugin route", _tke("1.32.2", "{name: a, kind: shared, instanceType: GN7.2XLARGE32}")),
 ]
 
@@ -68,9 +69,6 @@ BROKEN = [
     (_existing("1.32.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}}", "{DRAConsumableCapacity: true}"),
      "cluster.featureGates.DRAConsumableCapacity: does not exist in Kubernetes 1.32 (alpha from 1.34)"),
     (_existing("1.36.0", LAB, "{DynamicResourceAllocation: false}"), "cluster.featureGates.DynamicResourceAllocation: is GA in Kubernetes 1.36 and cannot be switched off"),
-    (_existing("1.36.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}, allocation: dra, sharing: {placement: spread}}"),
-     "nodePools[0].sharing.placement: spread cannot be honoured with allocation: dra: kube-scheduler's DRA allocator takes the first device that fits (binpack-like); "
-     "use binpack or keep allocation: device-plugin"),
     (_existing("1.36.0", "{name: a, kind: shared, gpuModel: T4, gpuCount: 1, nodeSelector: {lab/gpu: t4}, allocation: dra, sharing: {sharesPerGpu: 4}}"),
      "nodePools[0].sharing.sharesPerGpu: 4 cannot be honoured with allocation: dra (DRA counts capacity, not claims per device); use 1 (a whole GPU per claim), "
      "leave it unset, or keep allocation: device-plugin"),

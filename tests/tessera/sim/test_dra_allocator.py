@@ -2,11 +2,15 @@
 first fit in slice order, several allocations of a shareable device, whole devices."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.alloc import ContainerRequest, GpuState, NodeState
-from tessera.model.contract import LABEL_MAX_SHARES_PER_GPU
+from tessera.alloc import ContainerRequest, FitFailure, GpuState, NodeState, PodRequest
+from tessera.alloc.assign import assign, gpu_binpack
+from tessera.alloc.model import PodUid
+from tessera.alloc.policy import gpu_rank_for
+from tessera.model.contract import LABEL_GPU_PLACEMENT, LABEL_MAX_SHARES_PER_GPU, GpuPlacement, dra_device_order
 from tessera.sim.dra import (
     Capacity,
     Device,
@@ -158,3 +162,47 @@ def test_whole_device_claims_never_share(case: tuple[NodeState, bool, DeviceRequ
         device = next(d for d in devices if d.index == r.index)
         assert not device.in_use and all(v == 0 for v in device.consumed.values())
     assert results is None or len({r.index for r in results}) == request.count
+
+
+@st.composite
+def node_and_share(draw: st.DrawFn) -> tuple[NodeState, PodRequest]:
+    """A node whose GPUs hold whole cores and some memory (a GPU holding no cores holds no
+    memory: claims take both), and a share that names its memory, as typed workloads must."""
+    gpus = []
+    for i in range(draw(st.integers(1, 8))):
+        cores = draw(st.sampled_from([0, 0, 10, 25, 30, 50, 60, 70, 75, 90, 100]) | st.integers(0, 100))
+        memory = draw(st.integers(1, 16384)) if cores else 0
+        gpus.append(GpuState(i, f"u{i}", "T4", 16384, healthy=draw(st.booleans() | st.just(True)), used_milli=cores * 10, used_memory_mib=memory))
+    placement = draw(st.sampled_from(["binpack", "spread"]))
+    node = NodeState("n", gpus, 64000, 262144, {LABEL_GPU_PLACEMENT: placement})
+    share = ContainerRequest("c", 1, draw(st.integers(1, 100)) * 10, draw(st.integers(1, 16384)))
+    return node, PodRequest(PodUid("p"), (share,))
+
+
+@settings(max_examples=400, deadline=None)
+@given(node_and_share())
+def test_first_fit_over_the_plugins_device_order_is_the_pools_gpu_placement(case: tuple[NodeState, PodRequest]) -> None:
+    """The plugin lists the fullest GPUs first for binpack and the emptiest first for spread
+    (`dra_device_order`): kube-scheduler's first fit then takes the GPU the device-plugin route's
+    `binpack` or `spread` takes on the same node."""
+    node, pod = case
+    placed = assign(node, pod, gpu_rank_for(node, gpu_binpack))
+    results = allocate(node_devices(node), claim_request(pod.containers[0]))
+    if isinstance(placed, FitFailure):
+        assert results is None
+        return
+    assert results is not None
+    assert [r.index for r in results] == list(placed[0][0])
+
+
+@pytest.mark.parametrize(
+    ("used", "placement", "order"),
+    [
+        ({0: 0, 1: 30, 2: 70, 3: 30}, "binpack", [2, 1, 3, 0]),
+        ({0: 0, 1: 30, 2: 70, 3: 30}, "spread", [0, 1, 3, 2]),
+        ({0: 0, 1: 0}, "binpack", [0, 1]),
+        ({0: 0, 1: 0}, "spread", [0, 1]),
+    ],
+)
+def test_device_order_by_placement(used: dict[int, int], placement: GpuPlacement, order: list[int]) -> None:
+    assert dra_device_order(used, placement) == order
