@@ -22,9 +22,10 @@ Written from kubernetes/kubernetes `staging/src/k8s.io/dynamic-resource-allocati
 
 The device layout is Tessera's (`node-agent/tessera_node/dra/slices.py`, one slice per node, one
 device per healthy GPU, fullest first for binpack and emptiest first for spread, as the plugin
-re-lists them after each prepare; here the order is always current): `cores` 100 with requestPolicy {default 100, min 1,
-max 100, step 1}; `memory` the GPU's MiB with {default: all of it, min 1Mi, step 1Mi};
-`allowMultipleAllocations` unless the pool gives one claim per GPU (`max_shares_per_gpu` 1).
+re-lists them after each prepare; here the order is always current): `cores` 100 with
+requestPolicy {default 100, min 1, max 100, step 1}; `memory` the GPU's MiB with {default: all of
+it, min 1Mi, step 1Mi}; `allowMultipleAllocations` unless the pool gives one claim per GPU
+(`max_shares_per_gpu` 1).
 Units here are whole cores (percent of a GPU) and MiB. A GPU whose memory the trace does not give
 (`tessera.alloc` counts it as untracked) gets no `memory` capacity: there is nothing to publish.
 
