@@ -352,12 +352,18 @@ class KubernetesClientApi:
         query = [*query, ("watch", "true")]
         if resource_version:
             query.append(("resourceVersion", resource_version))
-        timeout: Any = self._settings.request_timeout_s
-        if stop_after_s is not None:
-            seconds = max(1, int(stop_after_s))
+        seconds, timeout = self._watch_limits(stop_after_s)
+        if seconds is not None:
             query.append(("timeoutSeconds", str(seconds)))
-            timeout = (self._settings.request_timeout_s, seconds + self._settings.request_timeout_s)  # as `_watch`
         return self._events(what, self._request(what, "GET", path, {}, None, query, timeout))
+
+    def _watch_limits(self, stop_after_s: float | None) -> tuple[int | None, Any]:
+        """The watch's `timeoutSeconds` (None: the server's default) and the request timeout: the
+        server ends the stream after those seconds, so silence beyond them is a dead connection."""
+        if stop_after_s is None:
+            return None, self._settings.request_timeout_s
+        seconds = max(1, int(stop_after_s))
+        return seconds, (self._settings.request_timeout_s, seconds + self._settings.request_timeout_s)
 
     def _watch(self, what: str, list_fn: Callable[..., Any], resource_version: str | None, stop_after_s: float | None) -> Iterator[WatchEvent]:
         """The events of one watch request, read as JSON lines off the raw stream: the package's
@@ -366,11 +372,10 @@ class KubernetesClientApi:
         kwargs: dict[str, Any] = {"watch": True}
         if resource_version:
             kwargs["resource_version"] = resource_version
-        if stop_after_s is not None:
-            seconds = max(1, int(stop_after_s))
+        seconds, timeout = self._watch_limits(stop_after_s)
+        if seconds is not None:
             kwargs["timeout_seconds"] = seconds
-            # the server ends the stream after `seconds`; silence beyond that is a dead connection
-            kwargs["_request_timeout"] = (self._settings.request_timeout_s, seconds + self._settings.request_timeout_s)
+            kwargs["_request_timeout"] = timeout
         response = self._open(what, list_fn, **kwargs)
         return self._events(what, response)
 

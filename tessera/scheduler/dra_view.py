@@ -82,9 +82,11 @@ class DraView:
         self._policy = policy
         self.cluster = Cluster(policy=policy)
         self._slices: dict[str, _Slice] = {}  # slice name -> what it describes
+        self._slice_names: dict[str, set[str]] = {}  # node -> its slices' names
         self._nodes: dict[str, NodeDevices] = {}  # node -> its devices in the view
         self._signatures: dict[str, tuple[object, ...]] = {}  # node -> the signature of its devices in the model
         self._pools: dict[str, str] = {}  # pool name -> node, of the slices in the view
+        self._pool_of: dict[str, str] = {}  # node -> its pool in the view
         self._claims: dict[str, KubeObject] = {}  # uid -> claim holding Tessera devices
         self._claims_of_pool: dict[str, set[str]] = {}
         self.slices_synced = threading.Event()
@@ -99,36 +101,54 @@ class DraView:
         with self.lock:
             name = str(_meta(event.object).get("name") or "")
             before = self._slices.pop(name, None)
+            if before is not None:
+                names = self._slice_names[before.node]
+                names.discard(name)
+                if not names:
+                    del self._slice_names[before.node]
             found = _slice_of(event.object) if event.type != "DELETED" else None
             if found is not None:
-                self._slices[name] = found
+                self._add_slice(name, found)
             for node in {s.node for s in (before, found) if s is not None}:
                 self._settle_node(node)
 
     def replace_slices(self, items: list[KubeObject], _listed_at: float = 0.0) -> None:
         with self.lock:
-            self._slices = {str(_meta(b).get("name") or ""): s for b in items if (s := _slice_of(b)) is not None}
+            self._slices, self._slice_names = {}, {}
+            for body in items:
+                found = _slice_of(body)
+                if found is not None:
+                    self._add_slice(str(_meta(body).get("name") or ""), found)
             self._rebuild()
+
+    def _add_slice(self, name: str, found: _Slice) -> None:
+        self._slices[name] = found
+        self._slice_names.setdefault(found.node, set()).add(name)
 
     def _effective(self, node: str) -> _Slice | None:
         """The node's slice of the highest generation (kube-scheduler ignores the older ones)."""
-        mine = [(s.generation, name) for name, s in self._slices.items() if s.node == node]
+        mine = [(self._slices[name].generation, name) for name in self._slice_names.get(node, ())]
         return self._slices[max(mine)[1]] if mine else None
 
     def _settle_node(self, node: str) -> None:
-        """The node's slices changed: its devices in the model, and the claims on it counted again."""
+        """The node's slices changed: its devices in the model, and the claims on it counted again.
+        The plugin rewrites its slice after every prepare (device order only): when neither the
+        devices nor the pool changed there is nothing to count again."""
         effective = self._effective(node)
         old = self._signatures.get(node)
-        touched = {p for p, n in self._pools.items() if n == node}
-        for pool in touched:
+        if effective is not None and old == effective.signature and self._pool_of.get(node) == effective.pool:
+            return
+        touched = set()
+        if (pool := self._pool_of.pop(node, None)) is not None:
             del self._pools[pool]
+            touched.add(pool)
         if effective is None:
             self._nodes.pop(node, None)
             self._signatures.pop(node, None)
             if old is not None:
                 self.cluster.remove_node(node)
         else:
-            self._pools[effective.pool] = node
+            self._pools[effective.pool], self._pool_of[node] = node, effective.pool
             touched.add(effective.pool)
             if old != effective.signature:
                 self._enter(node, effective)
@@ -195,11 +215,11 @@ class DraView:
 
     def _rebuild(self) -> None:
         self.cluster = Cluster(policy=self._policy)
-        self._nodes, self._pools, self._signatures = {}, {}, {}
-        for node in sorted({s.node for s in self._slices.values()}):
+        self._nodes, self._pools, self._pool_of, self._signatures = {}, {}, {}, {}
+        for node in sorted(self._slice_names):
             effective = self._effective(node)
             if effective is not None:
-                self._pools[effective.pool] = node
+                self._pools[effective.pool], self._pool_of[node] = node, effective.pool
                 self._enter(node, effective)
         for uid in sorted(self._claims):
             self._count(uid)

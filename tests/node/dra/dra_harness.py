@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,4 +104,14 @@ class DraNode:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-__all__ = ["NODE", "POOL", "DraNode", "Grant"]
+def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    """Poll for what the plugin does in its own thread (republishing its slice)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+__all__ = ["NODE", "POOL", "DraNode", "Grant", "wait_until"]

@@ -4,10 +4,8 @@ plugin has prepared. Driven through the real sockets by the kubelet 1.36 emulato
 read from the API server as kube-scheduler reads it."""
 from __future__ import annotations
 
-import time
-
 import pytest
-from dra_harness import NODE, DraNode, Grant
+from dra_harness import NODE, DraNode, Grant, wait_until
 
 from tessera.model.contract import LABEL_GPU_PLACEMENT
 
@@ -17,14 +15,10 @@ def _order(node: DraNode) -> tuple[list[str], int]:
     return [d["name"] for d in slice_["spec"]["devices"]], int(slice_["spec"]["pool"]["generation"])
 
 
-def _becomes(node: DraNode, order: list[str], timeout_s: float = 5.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        seen, generation = _order(node)
-        if seen == order:
-            return generation
-        time.sleep(0.02)
-    raise AssertionError(f"slice devices {_order(node)[0]}, wanted {order}")
+def _becomes(node: DraNode, order: list[str]) -> int:
+    """The slice's generation once it lists `order`."""
+    assert wait_until(lambda: _order(node)[0] == order), f"slice devices {_order(node)[0]}, wanted {order}"
+    return _order(node)[1]
 
 
 @pytest.mark.parametrize(

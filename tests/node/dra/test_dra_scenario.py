@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from dataclasses import replace
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dra_harness import NODE, DraNode, Grant
+from dra_harness import NODE, DraNode, Grant, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.model.allocation_record import container_env
@@ -39,15 +38,6 @@ from tessera_node.agent.settings import AgentSettings
 from tessera_node.agent.simscript import SimulatedKiller
 
 MIB = 1024 * 1024
-
-
-def wait_until(condition: Any, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return bool(condition())
 
 
 class Clock:
